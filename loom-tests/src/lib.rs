@@ -1,0 +1,1 @@
+//! Loom models of runcache live in `tests/`; run them with `--cfg runcache_loom`.

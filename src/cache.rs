@@ -1,0 +1,484 @@
+//! The safe facade: [`Cache`], its builder, and the pinned read handle.
+
+use crate::error::{ConfigError, InsertError};
+use crate::raw::{counter::Counter, Pin, RawCache, Served, Weigher};
+use std::borrow::Borrow;
+use std::convert::Infallible;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// The hasher a cache uses unless [`CacheBuilder::hasher`] picks another: foldhash's fast,
+/// randomly seeded hasher (the one hashbrown uses).
+pub type DefaultHashBuilder = foldhash::fast::RandomState;
+
+/// The largest shard count a builder accepts.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// Whether [`Cache::get_or_create`] found the value or ran the builder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lookup {
+    /// The value was cached, or another caller built it while this one waited.
+    Hit,
+    /// This call ran the builder (whether or not the value then fit in the cache).
+    Miss,
+}
+
+/// Where a value returned by [`Cache::get_or_build`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// It was cached.
+    Hit,
+    /// Another caller was building it; this one waited and shares the result.
+    Shared,
+    /// This caller built it and it is now cached.
+    Cached,
+    /// This caller built it but it did not fit (or the cache is disabled): it is not cached.
+    Uncached,
+}
+
+/// A value from [`Cache::get_or_build`] and where it came from.
+#[derive(Debug)]
+pub struct Fetched<V> {
+    /// The value.
+    pub value: Arc<V>,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// Counters of a cache's activity; exact once no operation is in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Lookups that found a cached value.
+    pub hits: u64,
+    /// Lookups that found none.
+    pub misses: u64,
+    /// Builder runs.
+    pub builds: u64,
+    /// Builder runs that returned an error.
+    pub build_failures: u64,
+    /// Callers that waited for another caller's build.
+    pub waits: u64,
+    /// Values that were built or inserted but did not fit, so were not cached.
+    pub rejections: u64,
+    /// Entries removed to honour a smaller capacity.
+    pub evictions: u64,
+    /// Entries removed by [`Cache::remove`].
+    pub removals: u64,
+}
+
+impl Stats {
+    /// The activity between `earlier` and `self` (each counter's difference).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            hits: self.hits.saturating_sub(earlier.hits),
+            misses: self.misses.saturating_sub(earlier.misses),
+            builds: self.builds.saturating_sub(earlier.builds),
+            build_failures: self.build_failures.saturating_sub(earlier.build_failures),
+            waits: self.waits.saturating_sub(earlier.waits),
+            rejections: self.rejections.saturating_sub(earlier.rejections),
+            evictions: self.evictions.saturating_sub(earlier.evictions),
+            removals: self.removals.saturating_sub(earlier.removals),
+        }
+    }
+
+    /// `hits / (hits + misses)`, or 0 before any lookup.
+    pub fn hit_ratio(&self) -> f64 {
+        let total = self.hits + self.misses;
+        if total == 0 {
+            0.0
+        } else {
+            self.hits as f64 / total as f64
+        }
+    }
+}
+
+/// Builds a [`Cache`]; see [`Cache::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
+    capacity: u64,
+    shards: Option<usize>,
+    hasher: S,
+    weigher: Option<Weigher<K, V>>,
+    _types: PhantomData<fn(K, V)>,
+}
+
+impl<K, V, S> CacheBuilder<K, V, S> {
+    /// The capacity: a number of entries with the default weigher, else a total weight
+    /// (bytes, say). 0 makes a disabled cache that caches nothing. Default: `u64::MAX`.
+    pub fn capacity(mut self, capacity: u64) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// How much each entry counts against the capacity. Default: every entry weighs 1.
+    ///
+    /// The weigher runs once per entry, when the entry is inserted or built, outside any
+    /// shared state. If it panics, the panic reaches the caller that triggered it and nothing
+    /// is cached (callers waiting on that build take it over).
+    pub fn weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
+        self.weigher = Some(Box::new(weigher));
+        self
+    }
+
+    /// The number of shards: a power of two (checked by [`build`](Self::build)). Default: the
+    /// next power of two of four times [`std::thread::available_parallelism`].
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The hasher. Default: [`DefaultHashBuilder`].
+    pub fn hasher<S2>(self, hasher: S2) -> CacheBuilder<K, V, S2> {
+        CacheBuilder {
+            capacity: self.capacity,
+            shards: self.shards,
+            hasher,
+            weigher: self.weigher,
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V, S> CacheBuilder<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// Builds the cache.
+    ///
+    /// # Errors
+    /// [`ConfigError::Shards`] when the shard count is not a power of two in
+    /// `1..=`[`MAX_SHARDS`].
+    pub fn build(self) -> Result<Cache<K, V, S>, ConfigError> {
+        let shards = match self.shards {
+            Some(n) if n.is_power_of_two() && n <= MAX_SHARDS => n,
+            Some(requested) => return Err(ConfigError::Shards { requested }),
+            None => default_shards(),
+        };
+        Ok(Cache {
+            raw: RawCache::new(shards, self.capacity, self.hasher, self.weigher),
+        })
+    }
+}
+
+fn default_shards() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores * 4).next_power_of_two().min(MAX_SHARDS)
+}
+
+/// A lock-free concurrent cache of `Arc<V>` values by key; see the [crate docs](crate).
+pub struct Cache<K, V, S = DefaultHashBuilder> {
+    raw: RawCache<K, V, S>,
+}
+
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+{
+    /// A builder with the defaults: unbounded, weight 1 per entry, default hasher and shards.
+    pub fn builder() -> CacheBuilder<K, V> {
+        CacheBuilder {
+            capacity: u64::MAX,
+            shards: None,
+            hasher: DefaultHashBuilder::default(),
+            weigher: None,
+            _types: PhantomData,
+        }
+    }
+
+    /// A cache of at most `capacity` entries, with every other setting at its default.
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            raw: RawCache::new(
+                default_shards(),
+                capacity,
+                DefaultHashBuilder::default(),
+                None,
+            ),
+        }
+    }
+}
+
+impl<K, V, S> Cache<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// The cached value for `key`: a co-owning `Arc` that stays valid after the entry is
+    /// removed or evicted. Takes no lock and writes no shared memory.
+    pub fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let pin = self.raw.pin();
+        self.raw.get(key, &pin).map(|p| Arc::clone(&p.value))
+    }
+
+    /// Pins the cache on this thread for a run of reads that touch no reference count; see
+    /// [`Pinned`].
+    pub fn pin(&self) -> Pinned<'_, K, V, S> {
+        Pinned {
+            raw: &self.raw,
+            pin: self.raw.pin(),
+        }
+    }
+
+    /// Whether a value is cached for `key`.
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let pin = self.raw.pin();
+        self.raw.get(key, &pin).is_some()
+    }
+
+    /// Caches `value` under `key`, replacing (and returning) any cached value.
+    ///
+    /// If a build for `key` is in flight, waits for it and then replaces its result.
+    ///
+    /// # Errors
+    /// When the entry's weight does not fit in the free capacity (or the cache is disabled),
+    /// nothing changes and [`InsertError`] hands `key` and `value` back.
+    pub fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, InsertError<K, V>> {
+        self.raw.insert(key, value).map_err(|r| InsertError {
+            key: r.key,
+            value: r.value,
+            weight: r.weight,
+            capacity: r.capacity,
+        })
+    }
+
+    /// The value for `key`, built by `build` if it is missing.
+    ///
+    /// # Single flight
+    /// `build` runs at most once per key at a time: callers that ask for a key being built
+    /// park on the entry (a futex; no spinning, no lock) and receive the same `Arc` when it is
+    /// ready. If the built value does not fit in the capacity it is still returned, to this
+    /// caller and to those waiting, but not cached.
+    ///
+    /// # Panics
+    /// A panic in `build` (or in the weigher) reaches this caller; the entry is released, and
+    /// one of the waiting callers runs its own builder. Nothing is poisoned and nothing hangs.
+    ///
+    /// # Recursion
+    /// If `build` asks this cache for the same key on the same thread, that inner call panics
+    /// with a message saying so, instead of waiting for itself forever. (A builder that hands
+    /// the same request to another thread and waits for it is not detected.)
+    pub fn get_or_insert_with(&self, key: K, build: impl FnOnce() -> V) -> Arc<V> {
+        match self.raw.get_or_build::<Infallible, _>(key, |_| Ok(build())) {
+            Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. } => v,
+            Served::Failed(e) => match *e {},
+        }
+    }
+
+    /// Like [`get_or_insert_with`](Self::get_or_insert_with), for a builder that can fail.
+    ///
+    /// # Errors
+    /// The builder's error, shared by this caller and every caller that waited on that
+    /// attempt. Nothing is cached; the next call builds again. (A waiter whose own error type
+    /// differs from the failed builder's runs its own builder instead.)
+    pub fn try_get_or_insert_with<E>(
+        &self,
+        key: K,
+        build: impl FnOnce() -> Result<V, E>,
+    ) -> Result<Arc<V>, Arc<E>>
+    where
+        E: Send + Sync + 'static,
+    {
+        self.get_or_build(key, |_| build()).map(|f| f.value)
+    }
+
+    /// The single-flight lookup with every detail: the builder gets the key, and the result
+    /// says whether the value was a hit, shared, cached or built uncached.
+    ///
+    /// # Errors
+    /// As [`try_get_or_insert_with`](Self::try_get_or_insert_with).
+    pub fn get_or_build<E>(
+        &self,
+        key: K,
+        build: impl FnOnce(&K) -> Result<V, E>,
+    ) -> Result<Fetched<V>, Arc<E>>
+    where
+        E: Send + Sync + 'static,
+    {
+        let (value, source) = match self.raw.get_or_build(key, build) {
+            Served::Hit(v) => (v, Source::Hit),
+            Served::Shared(v) => (v, Source::Shared),
+            Served::Built {
+                value,
+                cached: true,
+            } => (value, Source::Cached),
+            Served::Built {
+                value,
+                cached: false,
+            } => (value, Source::Uncached),
+            Served::Failed(e) => return Err(e),
+        };
+        Ok(Fetched { value, source })
+    }
+
+    /// The value for `key`, built from the key if missing, and whether this call built it:
+    /// the shape of OpenVINO's runtime cache `getOrCreate`. Single-flight as
+    /// [`get_or_insert_with`](Self::get_or_insert_with).
+    pub fn get_or_create(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Arc<V>, Lookup)
+    where
+        K: Clone,
+    {
+        if let Some(v) = self.get(key) {
+            return (v, Lookup::Hit);
+        }
+        match self
+            .raw
+            .get_or_build::<Infallible, _>(key.clone(), |k| Ok(build(k)))
+        {
+            Served::Hit(v) | Served::Shared(v) => (v, Lookup::Hit),
+            Served::Built { value, .. } => (value, Lookup::Miss),
+            Served::Failed(e) => match *e {},
+        }
+    }
+
+    /// Removes the cached value for `key` and returns it. The value itself lives on while any
+    /// caller holds an `Arc` of it. A build in flight for `key` is not affected.
+    pub fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.raw.remove(key)
+    }
+
+    /// Removes every cached value (builds in flight are not affected).
+    pub fn clear(&self) {
+        self.raw.clear();
+    }
+
+    /// The number of cached entries (exact once no operation is in flight).
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether no entry is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The total weight of cached entries (and of entries being published this instant).
+    /// Never above the capacity; to see both at one instant while other threads change them,
+    /// use [`weighted_size_and_capacity`](Self::weighted_size_and_capacity).
+    pub fn weighted_size(&self) -> u64 {
+        self.raw.weighted_size()
+    }
+
+    /// The weighted size and the capacity read together, in one atomic load: the first is
+    /// never above the second.
+    pub fn weighted_size_and_capacity(&self) -> (u64, u64) {
+        self.raw.usage()
+    }
+
+    /// The capacity in force. During a shrink by [`set_capacity`](Self::set_capacity) it
+    /// follows the weighted size down to the new value, so it is never below the size.
+    pub fn capacity(&self) -> u64 {
+        self.raw.capacity()
+    }
+
+    /// Changes the capacity. A larger one keeps every entry; a smaller one removes entries
+    /// until the rest fits (they count as evictions); 0 clears the cache and disables it, so
+    /// that every `get_or_*` call builds and returns its value uncached.
+    pub fn set_capacity(&self, capacity: u64) {
+        self.raw.set_capacity(capacity);
+    }
+
+    /// The activity counters.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            hits: self.raw.stat(Counter::Hit),
+            misses: self.raw.stat(Counter::Miss),
+            builds: self.raw.stat(Counter::Build),
+            build_failures: self.raw.stat(Counter::BuildFailure),
+            waits: self.raw.stat(Counter::Wait),
+            rejections: self.raw.stat(Counter::Rejection),
+            evictions: self.raw.stat(Counter::Eviction),
+            removals: self.raw.stat(Counter::Removal),
+        }
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.raw.shard_count()
+    }
+
+    /// The bucket count over all shards (it grows as entries are added).
+    #[doc(hidden)]
+    pub fn buckets(&self) -> usize {
+        self.raw.buckets()
+    }
+}
+
+impl<K, V, S> fmt::Debug for Cache<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("len", &self.len())
+            .field("weighted_size", &self.weighted_size())
+            .field("capacity", &self.capacity())
+            .field("shards", &self.shards())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A cache pinned on the current thread: reads through it return plain references and touch
+/// no reference count.
+///
+/// While a `Pinned` lives, memory of entries removed by any thread is not freed (it is freed
+/// after the last pin of that time is dropped), so keep it for a run of reads, not forever.
+/// It cannot leave its thread.
+#[must_use = "dropping a Pinned unpins at once"]
+pub struct Pinned<'c, K, V, S = DefaultHashBuilder> {
+    raw: &'c RawCache<K, V, S>,
+    pin: Pin<'c>,
+}
+
+impl<K, V, S> Pinned<'_, K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// The cached value for `key`, borrowed for as long as this pin.
+    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        debug_assert!(self.raw.owns(&self.pin.guard));
+        self.raw.get(key, &self.pin).map(|p| &*p.value)
+    }
+
+    /// Whether a value is cached for `key`.
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.get(key).is_some()
+    }
+}
+
+impl<K, V, S> fmt::Debug for Pinned<'_, K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pinned").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,121 @@
+//! A lock-free concurrent cache for high-concurrency runtimes.
+//!
+//! runcache holds what is expensive to build and shared by many threads: compiled kernels keyed
+//! by shapes and parameters, constant tensors, memory pools. Reads take no lock and write no
+//! shared memory; a missing value is built by exactly one caller while the others wait for it;
+//! and a weighted budget holds exactly at every instant.
+//!
+//! # Usage
+//!
+//! ```
+//! use runcache::Cache;
+//! use std::sync::Arc;
+//!
+//! // A kernel cache of at most 1,000 entries.
+//! let kernels: Cache<(String, Vec<usize>), String> = Cache::new(1_000);
+//!
+//! let key = ("matmul".to_string(), vec![128, 768]);
+//! let kernel: Arc<String> = kernels.get_or_insert_with(key.clone(), || {
+//!     // Runs once, however many threads ask for this key at the same moment.
+//!     format!("compiled {} for {:?}", key.0, key.1)
+//! });
+//! assert_eq!(kernels.get(&key).as_deref(), Some(&*kernel));
+//! ```
+//!
+//! Values are stored as `Arc<V>`: what a caller holds stays alive after the entry is removed,
+//! replaced or evicted.
+//!
+//! # Guards and pinning
+//!
+//! [`Cache::get`] clones an `Arc` (one atomic increment). For hot loops, [`Cache::pin`] pins
+//! the cache's epoch once and returns a [`Pinned`] handle whose `get` returns `&V` with no
+//! reference-count write at all:
+//!
+//! ```
+//! # use runcache::Cache;
+//! let cache: Cache<u64, u64> = Cache::new(100);
+//! cache.insert(7, 49).unwrap();
+//! let pinned = cache.pin();
+//! let sum: u64 = (0..10).filter_map(|k| pinned.get(&k)).sum();
+//! assert_eq!(sum, 49);
+//! ```
+//!
+//! Memory of removed entries is reclaimed with [crossbeam-epoch], with one collector per cache,
+//! once no pin of the time of removal is left. Hold a `Pinned` for a batch of reads, not for
+//! the life of a thread.
+//!
+//! # Single flight
+//!
+//! [`Cache::get_or_insert_with`], [`Cache::try_get_or_insert_with`], [`Cache::get_or_create`]
+//! and [`Cache::get_or_build`] run the builder at most once per key at a time. The other
+//! callers park on the entry's state word (a futex, through [atomic-wait]) and wake when it is
+//! ready. A failed build is returned to its caller and to everyone who waited on that attempt,
+//! and is not cached. A panicking build releases the entry and one waiter takes the build over.
+//!
+//! ```
+//! # use runcache::Cache;
+//! let cache: Cache<&str, u32> = Cache::new(10);
+//! let err = cache.try_get_or_insert_with("bad", || "no such kernel".parse::<u32>());
+//! assert!(err.is_err());
+//! assert!(!cache.contains_key("bad")); // nothing cached; the next call builds again
+//! ```
+//!
+//! # Size accounting
+//!
+//! Each entry has a weight (1 by default; see [`CacheBuilder::weigher`]). An entry's weight is
+//! reserved before the entry is published, and the size and the capacity share one atomic
+//! word, so [`Cache::weighted_size`] `<=` [`Cache::capacity`] at every instant, under any
+//! concurrency. An entry that does not fit is not cached: `insert` hands it back in an
+//! [`InsertError`], and the `get_or_*` methods return the built value uncached.
+//!
+//! ```
+//! # use runcache::Cache;
+//! let blobs = Cache::<u32, Vec<u8>>::builder()
+//!     .capacity(1024) // bytes
+//!     .weigher(|_, v: &Vec<u8>| v.len() as u64)
+//!     .build()
+//!     .unwrap();
+//! blobs.insert(1, vec![0; 1000]).unwrap();
+//! let refused = blobs.insert(2, vec![0; 100]).unwrap_err();
+//! assert_eq!(refused.weight, 100);
+//! let (key, value) = refused.into_inner(); // nothing is lost
+//! assert_eq!((key, value.len()), (2, 100));
+//! assert!(blobs.weighted_size() <= blobs.capacity());
+//! ```
+//!
+//! # Consistency
+//!
+//! Every operation on one key is linearizable. `len`, `weighted_size` and `stats` are sums of
+//! atomics: exact once the cache is quiet, approximate while operations are in flight.
+//! `clear` and capacity shrinks do not touch entries whose build is in flight.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | (none yet) | | the core cache is always built |
+//!
+//! # Performance
+//!
+//! See `docs/BENCHMARKS.md` and the criterion benches in `benches/`, which measure runcache
+//! against papaya, quick_cache, moka and an unsynchronized `HashMap` in the same run.
+//!
+//! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
+//! [atomic-wait]: https://docs.rs/atomic-wait
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod cache;
+mod error;
+mod raw;
+mod sync;
+
+pub use cache::{
+    Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, Source, Stats, MAX_SHARDS,
+};
+pub use error::{ConfigError, InsertError};
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,296 @@
+//! Exact weight accounting ([`Budget`]) and per-thread statistics ([`StatsRegistry`]).
+//!
+//! # The budget
+//!
+//! The weighted size and the capacity live in one [`AtomicPair`]. A reservation is a single
+//! compare-and-swap from `(s, c)` to `(s + w, c)` taken only when `c > 0 && s + w <= c`, so the
+//! size can never pass the capacity, not even for an instant (invariant **I5**). A shrink never
+//! sets the capacity below the current size: it lowers `c` to `max(target, s)` and follows the
+//! size down while the caller evicts, so `capacity()` honestly reports what the cache holds
+//! until eviction has reached the target.
+//!
+//! # Statistics
+//!
+//! Each thread that touches a cache gets its own cache-line-aligned block of counters (found
+//! through the same thread-local entry as its epoch handle). The owner bumps its counters with
+//! a plain load and store, which is exact because it is the only writer; readers add the blocks
+//! up. A lookup therefore writes only a line that no other thread writes.
+
+use crate::sync::{AtomicPair, AtomicPtr, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+
+/// Weighted size and capacity, updated together.
+pub(crate) struct Budget {
+    /// `(size, capacity)`.
+    pair: AtomicPair,
+    /// The capacity the latest `set_capacity` asked for.
+    target: AtomicU64,
+}
+
+impl Budget {
+    pub(crate) fn new(capacity: u64) -> Self {
+        Self {
+            pair: AtomicPair::new(0, capacity),
+            target: AtomicU64::new(capacity),
+        }
+    }
+
+    /// The weighted size: reserved weights of cached entries and of entries being published.
+    pub(crate) fn size(&self) -> u64 {
+        self.pair.load().0
+    }
+
+    /// `(size, capacity)` read together in one atomic load.
+    pub(crate) fn snapshot(&self) -> (u64, u64) {
+        self.pair.load()
+    }
+
+    /// The capacity in force (never below `size()`).
+    pub(crate) fn capacity(&self) -> u64 {
+        self.pair.load().1
+    }
+
+    /// Reserves `weight` if it fits; `false` leaves the budget unchanged.
+    #[must_use]
+    pub(crate) fn try_reserve(&self, weight: u64) -> bool {
+        let mut cur = self.pair.load();
+        loop {
+            let (size, cap) = cur;
+            let fits = cap > 0 && size.checked_add(weight).is_some_and(|n| n <= cap);
+            if !fits {
+                return false;
+            }
+            match self.pair.compare_exchange(cur, (size + weight, cap)) {
+                Ok(()) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Returns `weight` that an earlier `try_reserve` took.
+    pub(crate) fn release(&self, weight: u64) {
+        if weight == 0 {
+            return;
+        }
+        let mut cur = self.pair.load();
+        loop {
+            let (size, cap) = cur;
+            debug_assert!(size >= weight, "released more weight than was reserved");
+            match self
+                .pair
+                .compare_exchange(cur, (size.saturating_sub(weight), cap))
+            {
+                Ok(()) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Moves the capacity to `target`, calling `evict_one` while the size is above it.
+    ///
+    /// `evict_one` removes one cached entry (releasing its weight) and returns whether it found
+    /// one. When a later call sets another target, this call stops and leaves the work to it.
+    pub(crate) fn set_capacity(&self, target: u64, mut evict_one: impl FnMut() -> bool) {
+        // Relaxed: the target is one word; coherence alone makes every caller see the latest.
+        self.target.store(target, Ordering::Relaxed);
+        loop {
+            if self.target.load(Ordering::Relaxed) != target {
+                return;
+            }
+            let cur = self.pair.load();
+            let (size, cap) = cur;
+            let next = target.max(size);
+            if next != cap && self.pair.compare_exchange(cur, (size, next)).is_err() {
+                continue;
+            }
+            if next == target {
+                return;
+            }
+            // Still above the target: the capacity already stops new reservations at `size`.
+            if !evict_one() {
+                // Only weight that is being published right now is left; it lands in a moment.
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// What a statistics counter counts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Counter {
+    Hit = 0,
+    Miss,
+    Build,
+    BuildFailure,
+    Wait,
+    Rejection,
+    Eviction,
+    Removal,
+}
+
+const COUNTERS: usize = 8;
+
+/// One thread's counters.
+pub(crate) struct StatsBlock {
+    counts: [AtomicU64; COUNTERS],
+    /// Whether only one thread writes this block (then a load and a store are exact).
+    owned: bool,
+    next: *const CachePadded<StatsBlock>,
+}
+
+impl StatsBlock {
+    #[inline]
+    pub(crate) fn bump(&self, counter: Counter) {
+        let c = &self.counts[counter as usize];
+        if self.owned {
+            // Relaxed: a statistic; the owning thread is the only writer of this block, so
+            // the load-and-store loses nothing and is cheaper than a locked add.
+            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        } else {
+            // Relaxed: a statistic shared by threads that could not use their own block.
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl StatsBlock {
+    /// Adds `n` to a counter (rare paths only).
+    pub(crate) fn add(&self, counter: Counter, n: u64) {
+        // Relaxed: a statistic; fetch_add is exact whoever owns the block.
+        self.counts[counter as usize].fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The append-only list of every thread's block, owned by one cache.
+pub(crate) struct StatsRegistry {
+    head: AtomicPtr<CachePadded<StatsBlock>>,
+    /// The block for callers with no thread-local entry (thread teardown, re-entrancy).
+    shared: CachePadded<StatsBlock>,
+}
+
+// SAFETY: the registry owns its blocks; blocks hold only atomics and a `next` pointer that is
+// written before the block is published (Release) and never changed afterwards.
+unsafe impl Send for StatsRegistry {}
+// SAFETY: as above; every access to a block's counters is atomic.
+unsafe impl Sync for StatsRegistry {}
+
+impl StatsRegistry {
+    pub(crate) fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+            shared: CachePadded::new(new_block(false, std::ptr::null())),
+        }
+    }
+
+    /// The block for callers that have no block of their own.
+    pub(crate) fn shared(&self) -> &StatsBlock {
+        &self.shared
+    }
+
+    /// Adds a block owned by the calling thread. It lives as long as the registry.
+    pub(crate) fn register(&self) -> *const StatsBlock {
+        let block = Box::into_raw(Box::new(CachePadded::new(new_block(
+            true,
+            std::ptr::null(),
+        ))));
+        // Relaxed: the loop's CAS publishes the block.
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `block` is ours until the CAS below publishes it.
+            let mine = unsafe { &mut *block };
+            mine.next = head;
+            // Release: pairs with the Acquire load in `sum`, which then sees `next` and the
+            // zeroed counters.
+            match self
+                .head
+                .compare_exchange_weak(head, block, Ordering::Release, Ordering::Relaxed)
+            {
+                // SAFETY: `block` came from `Box::into_raw` above and is freed only when the
+                // registry drops.
+                Ok(_) => return unsafe { &**block },
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    /// The sum of one counter over every block.
+    pub(crate) fn sum(&self, counter: Counter) -> u64 {
+        let i = counter as usize;
+        // Relaxed: statistics.
+        let mut total = self.shared.counts[i].load(Ordering::Relaxed);
+        // Acquire: pairs with the Release CAS in `register`.
+        let mut p = self.head.load(Ordering::Acquire) as *const CachePadded<StatsBlock>;
+        while !p.is_null() {
+            // SAFETY: blocks are freed only when the registry drops, and `&self` keeps it alive.
+            let block = unsafe { &*p };
+            total = total.wrapping_add(block.counts[i].load(Ordering::Relaxed));
+            p = block.next;
+        }
+        total
+    }
+}
+
+fn new_block(owned: bool, next: *const CachePadded<StatsBlock>) -> StatsBlock {
+    StatsBlock {
+        counts: std::array::from_fn(|_| AtomicU64::new(0)),
+        owned,
+        next,
+    }
+}
+
+impl Drop for StatsRegistry {
+    fn drop(&mut self) {
+        // Relaxed: `&mut self` means no other thread can touch the list.
+        let mut p = self.head.load(Ordering::Relaxed);
+        while !p.is_null() {
+            // SAFETY: every block came from `Box::into_raw` in `register` and is freed once.
+            let block = unsafe { Box::from_raw(p) };
+            p = block.next as *mut _;
+        }
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_budget_word_is_lock_free_on_x86_64() {
+        assert!(AtomicPair::is_lock_free());
+    }
+
+    #[test]
+    fn reserve_respects_capacity_and_release_returns_weight() {
+        let b = Budget::new(10);
+        assert!(b.try_reserve(6));
+        assert!(!b.try_reserve(5));
+        assert!(b.try_reserve(4));
+        assert_eq!((b.size(), b.capacity()), (10, 10));
+        b.release(6);
+        assert_eq!(b.size(), 4);
+        assert!(!b.try_reserve(u64::MAX), "overflowing weights never fit");
+    }
+
+    #[test]
+    fn zero_capacity_admits_nothing_not_even_weight_zero() {
+        let b = Budget::new(0);
+        assert!(!b.try_reserve(0));
+        assert!(!b.try_reserve(1));
+    }
+
+    #[test]
+    fn shrinking_never_puts_capacity_below_size() {
+        let b = Budget::new(10);
+        assert!(b.try_reserve(8));
+        let mut steps = Vec::new();
+        b.set_capacity(3, || {
+            steps.push((b.size(), b.capacity()));
+            assert!(b.size() <= b.capacity());
+            b.release(1);
+            true
+        });
+        assert_eq!((b.size(), b.capacity()), (3, 3));
+        assert_eq!(steps.first(), Some(&(8, 8)));
+    }
+}

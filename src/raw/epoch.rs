@@ -1,0 +1,162 @@
+//! One epoch [`Collector`] per cache, and the thread-local handles that pin it.
+//!
+//! # Registration
+//!
+//! crossbeam-epoch's free `pin()` uses one global collector; runcache gives every cache its own
+//! so that caches (and tests, and loom models) never share garbage, and so that the last
+//! handle to a cache's collector runs every deferred destructor of that cache (invariant
+//! **I7**). Registering a thread with a collector allocates, so each thread keeps a small
+//! thread-local list of `(cache id, LocalHandle, stats block)`; pinning is a short scan of
+//! that list (usually one entry) followed by crossbeam's own pin.
+//!
+//! # Teardown
+//!
+//! Dropping a cache removes the dropping thread's entry at once. Entries that other threads
+//! hold for a dropped cache are pruned the next time that thread registers with any cache, or
+//! when the thread exits; until then that collector's remaining garbage (nodes already removed
+//! from the table) waits for them. Values still in the table are dropped by the cache's own
+//! `Drop`, exactly once, at once.
+//!
+//! When the thread-local list cannot be used (during thread teardown, or re-entrantly from a
+//! destructor running inside a pin), the caller registers a temporary handle and uses the
+//! cache's shared statistics block: slower, never wrong.
+
+use super::counter::{StatsBlock, StatsRegistry};
+use crossbeam_epoch::{Collector, Guard, LocalHandle};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Ids of caches and of threads; never reused.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    // Relaxed: only uniqueness matters.
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+struct Local {
+    id: u64,
+    alive: Weak<()>,
+    handle: Box<LocalHandle>,
+    stats: *const StatsBlock,
+}
+
+struct ThreadState {
+    token: Cell<u64>,
+    locals: RefCell<Vec<Local>>,
+}
+
+thread_local! {
+    static THREAD: ThreadState = const {
+        ThreadState { token: Cell::new(0), locals: RefCell::new(Vec::new()) }
+    };
+}
+
+/// A token that identifies the calling thread (0 when it cannot be read during teardown).
+pub(crate) fn thread_token() -> u64 {
+    THREAD
+        .try_with(|t| {
+            let mut token = t.token.get();
+            if token == 0 {
+                token = next_id();
+                t.token.set(token);
+            }
+            token
+        })
+        .unwrap_or(0)
+}
+
+/// A cache's reclamation domain: its collector, its identity and its statistics.
+pub(crate) struct Domain {
+    collector: Collector,
+    id: u64,
+    alive: Arc<()>,
+    pub(crate) stats: StatsRegistry,
+}
+
+impl Domain {
+    pub(crate) fn new() -> Self {
+        Self {
+            collector: Collector::new(),
+            id: next_id(),
+            alive: Arc::new(()),
+            stats: StatsRegistry::new(),
+        }
+    }
+
+    /// Pins this cache's epoch on the calling thread and returns the thread's stats block.
+    #[inline]
+    pub(crate) fn pin(&self) -> (Guard, &StatsBlock) {
+        let fast = THREAD.try_with(|t| {
+            let locals = t.locals.try_borrow().ok()?;
+            let local = locals.iter().find(|l| l.id == self.id)?;
+            Some((&*local.handle as *const LocalHandle, local.stats))
+        });
+        let (handle, stats) = match fast {
+            Ok(Some(found)) => found,
+            Ok(None) => match self.register() {
+                Some(found) => found,
+                None => return self.pin_unregistered(),
+            },
+            Err(_) => return self.pin_unregistered(),
+        };
+        // SAFETY: the handle is boxed inside this thread's entry for this cache, which is
+        // removed only when this cache drops (impossible while `&self` lives) or when the
+        // thread's locals are destroyed (impossible while the thread runs this code). The stats
+        // block lives as long as `self.stats`.
+        unsafe { ((*handle).pin(), &*stats) }
+    }
+
+    fn pin_unregistered(&self) -> (Guard, &StatsBlock) {
+        // Dropping the handle while its guard lives is fine: crossbeam finalizes the
+        // participant only when both its handle and guard counts reach zero.
+        let handle = self.collector.register();
+        (handle.pin(), self.stats.shared())
+    }
+
+    #[cold]
+    fn register(&self) -> Option<(*const LocalHandle, *const StatsBlock)> {
+        let (found, dead) = THREAD
+            .try_with(|t| {
+                let mut locals = t.locals.try_borrow_mut().ok()?;
+                let (live, dead): (Vec<Local>, Vec<Local>) = std::mem::take(&mut *locals)
+                    .into_iter()
+                    .partition(|l| l.alive.strong_count() > 0);
+                *locals = live;
+                let handle = Box::new(self.collector.register());
+                let stats = self.stats.register();
+                let found = (&*handle as *const LocalHandle, stats);
+                locals.push(Local {
+                    id: self.id,
+                    alive: Arc::downgrade(&self.alive),
+                    handle,
+                    stats,
+                });
+                Some((found, dead))
+            })
+            .ok()??;
+        // Dropped after the borrow ends: finalizing a handle may run destructors that use
+        // other caches on this thread.
+        drop(dead);
+        Some(found)
+    }
+
+    /// Whether `guard` pins this cache's collector.
+    pub(crate) fn owns(&self, guard: &Guard) -> bool {
+        guard.collector() == Some(&self.collector)
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        let mine = THREAD.try_with(|t| {
+            let mut locals = t.locals.try_borrow_mut().ok()?;
+            let i = locals.iter().position(|l| l.id == self.id)?;
+            Some(locals.swap_remove(i))
+        });
+        // Dropped outside the borrow (see `register`). If this was the last handle, the
+        // collector's deferred destructors run when `self.collector` drops right after.
+        drop(mine);
+    }
+}

@@ -1,0 +1,660 @@
+//! The engine: the only module with `unsafe` code.
+//!
+//! A [`RawCache`] is an array of shards ([`list::Shard`], split-ordered lock-free lists), a
+//! weight [`counter::Budget`], and an epoch [`epoch::Domain`] of its own. The public types in
+//! `crate::cache` are a thin safe facade over it.
+//!
+//! # Invariants
+//!
+//! These are referred to as `I1`..`I7` in every `// SAFETY:` comment; `docs/DESIGN.md` mirrors
+//! them with the reasoning behind each.
+//!
+//! - **I1 (node ownership).** Every node linked in a shard was allocated as `Arc<Node>`; the
+//!   list owns one strong count. Only the thread whose CAS unlinks an entry node releases that
+//!   count, through the cache's epoch collector, so a node reached under a guard stays
+//!   allocated until the guard drops. Dummy (bucket) nodes are never unlinked and are freed when
+//!   the shard drops. A builder and any parked waiter hold counts of their own, so they need no
+//!   guard while they build or sleep.
+//! - **I2 (order).** Along `next`, nodes are sorted by split-order key: dummies have the even key
+//!   `reverse(bucket)`, entries the odd key `reverse(hash | 1 << 63)`. A bucket's dummy precedes
+//!   every entry of that bucket; entries with equal keys form a contiguous *run*.
+//! - **I3 (deletion).** Tag bit 1 on a node's own `next` marks it deleted. A marked `next` is
+//!   never changed again; a node is marked only once it is dead (I4). Readers never write: they
+//!   step over marked nodes, whose `next` still leads forward. Writers unlink marked nodes they
+//!   pass.
+//! - **I4 (liveness).** An entry node is *live* while its slot is `LOADING`, or `READY` with a
+//!   non-null value cell. It never becomes live again once dead. A new entry is linked only at
+//!   the start of its key's run, by a CAS on the predecessor that fails if the run changed since
+//!   it was searched, so a key has at most one live node at any instant.
+//! - **I5 (weight).** The weighted size and the capacity change together in one atomic word, and
+//!   a reservation succeeds only if `size + weight <= capacity`, so `size <= capacity` at every
+//!   instant. Each boxed value in a value cell carries the weight reserved for it; the thread
+//!   that swaps a box out of a cell (remove, replace, evict, clear) releases exactly that
+//!   weight. Boxes of uncached values carry none.
+//! - **I6 (value lifetime).** A value box swapped out of a cell is destroyed through the epoch
+//!   collector, so a reader that loaded it under a guard may still clone its `Arc`. The `V`
+//!   itself lives until its last `Arc` drops.
+//! - **I7 (reclamation domain).** Each cache has its own collector. Everything it deferred runs
+//!   when the collector's last handle drops; the live contents are dropped by the cache's own
+//!   `Drop`, once, when the cache drops.
+
+pub(crate) mod counter;
+pub(crate) mod epoch;
+pub(crate) mod list;
+pub(crate) mod slot;
+
+use crate::sync::Ordering;
+use counter::{Budget, Counter, StatsBlock};
+use crossbeam_epoch::{Guard, Owned, Shared};
+use crossbeam_utils::CachePadded;
+use epoch::Domain;
+use list::{Node, Outcome, Published, Shard, View};
+use slot::{DEAD, READY};
+use std::any::Any;
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+
+/// Computes an entry's weight.
+pub(crate) type Weigher<K, V> = Box<dyn Fn(&K, &V) -> u64 + Send + Sync>;
+
+/// How a `get_or_build` call was served.
+pub(crate) enum Served<V, E> {
+    /// The value was cached.
+    Hit(Arc<V>),
+    /// Another caller built it while this one waited.
+    Shared(Arc<V>),
+    /// This caller built it; `cached` says whether it fit.
+    Built { value: Arc<V>, cached: bool },
+    /// The build failed (this caller's, or the attempt it waited on).
+    Failed(Arc<E>),
+}
+
+/// A pinned epoch plus the calling thread's statistics block.
+pub(crate) struct Pin<'c> {
+    pub(crate) guard: Guard,
+    pub(crate) stats: &'c StatsBlock,
+}
+
+/// Why an `insert` was refused.
+pub(crate) struct Refused<K, V> {
+    pub(crate) key: K,
+    pub(crate) value: V,
+    pub(crate) weight: u64,
+    pub(crate) capacity: u64,
+}
+
+pub(crate) struct RawCache<K, V, S> {
+    shards: Box<[CachePadded<Shard<K, V>>]>,
+    /// `64 - log2(shards)`; the shard is `hash >> shift` (the high bits, which bucket indices
+    /// never use). `u32::MAX` with a single shard.
+    shift: u32,
+    hasher: S,
+    weigher: Option<Weigher<K, V>>,
+    budget: Budget,
+    // Declared last: dropped after the shards, so this thread's handle goes last (I7).
+    domain: Domain,
+}
+
+impl<K, V, S> RawCache<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    pub(crate) fn new(
+        shards: usize,
+        capacity: u64,
+        hasher: S,
+        weigher: Option<Weigher<K, V>>,
+    ) -> Self {
+        debug_assert!(shards.is_power_of_two());
+        let shift = if shards == 1 {
+            u32::MAX
+        } else {
+            64 - shards.trailing_zeros()
+        };
+        Self {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Shard::new()))
+                .collect(),
+            shift,
+            hasher,
+            weigher,
+            budget: Budget::new(capacity),
+            domain: Domain::new(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn pin(&self) -> Pin<'_> {
+        let (guard, stats) = self.domain.pin();
+        Pin { guard, stats }
+    }
+
+    /// Whether `guard` belongs to this cache.
+    pub(crate) fn owns(&self, guard: &Guard) -> bool {
+        self.domain.owns(guard)
+    }
+
+    #[inline]
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Shard<K, V> {
+        let i = hash.checked_shr(self.shift).unwrap_or(0) as usize;
+        &self.shards[i]
+    }
+
+    fn weigh(&self, key: &K, value: &V) -> u64 {
+        self.weigher.as_ref().map_or(1, |w| w(key, value))
+    }
+
+    /// The cached value for `key`, if any; reads only.
+    #[inline]
+    pub(crate) fn get<'g, Q>(&self, key: &Q, pin: &'g Pin<'_>) -> Option<&'g Published<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let found = self
+            .shard(hash)
+            .find(
+                hash,
+                list::so_entry(hash),
+                |k| k.borrow() == key,
+                &pin.guard,
+            )
+            .and_then(|n| match n.view(&pin.guard) {
+                View::Ready(p) => Some(p),
+                _ => None,
+            });
+        pin.stats.bump(if found.is_some() {
+            Counter::Hit
+        } else {
+            Counter::Miss
+        });
+        found
+    }
+
+    /// The single-flight path shared by every `get_or_*` method.
+    pub(crate) fn get_or_build<E, F>(&self, key: K, build: F) -> Served<V, E>
+    where
+        E: Send + Sync + 'static,
+        F: FnOnce(&K) -> Result<V, E>,
+    {
+        let hash = self.hash(&key);
+        let so = list::so_entry(hash);
+        let shard = self.shard(hash);
+        let token = epoch::thread_token();
+        // Our loading node, made once and reused if a link attempt must be retried.
+        let mut mine: Option<*const Node<K, V>> = None;
+        let mut key = Some(key);
+        let mut counted = false;
+        loop {
+            let pin = self.pin();
+            let eq = |k: &K| match (&key, mine) {
+                (Some(q), _) => k == q,
+                // SAFETY: `mine` is ours (unlinked, or linked with our own count) and alive.
+                (None, Some(n)) => k == unsafe { &*n }.key(),
+                (None, None) => unreachable!("the key is either held or moved into our node"),
+            };
+            let existing = match shard.find(hash, so, eq, &pin.guard) {
+                Some(n) => Some(n),
+                None if self.budget.capacity() == 0 => None,
+                None => {
+                    let pos = shard.locate(hash, so, eq, &pin.guard);
+                    match pos.found {
+                        Some(n) => Some(n),
+                        None => {
+                            let node = *mine.get_or_insert_with(|| {
+                                let k = key.take().expect("key present until moved into a node");
+                                Arc::into_raw(Arc::new(Node::entry(so, k, None, token)))
+                            });
+                            if !shard.link(&pos, node, &pin.guard) {
+                                continue;
+                            }
+                            drop(pin);
+                            // SAFETY: we created `node` with one count, now the list's (I1);
+                            // take one for ourselves while building.
+                            unsafe { Arc::increment_strong_count(node) };
+                            // SAFETY: the count just taken keeps it alive.
+                            let held = unsafe { Arc::from_raw(node) };
+                            return self.build_into(held, shard, build);
+                        }
+                    }
+                }
+            };
+            match existing {
+                None => {
+                    // Capacity 0: the cache is off; build and hand the value back uncached.
+                    pin.stats.bump(Counter::Miss);
+                    let k = match (key.take(), mine.take()) {
+                        (Some(k), _) => k,
+                        // SAFETY: an unlinked node of ours; we hold its only count.
+                        (None, Some(n)) => unsafe { into_parts(n) }.0,
+                        (None, None) => unreachable!(),
+                    };
+                    pin.stats.bump(Counter::Build);
+                    return match build(&k) {
+                        Ok(v) => {
+                            pin.stats.bump(Counter::Rejection);
+                            Served::Built {
+                                value: Arc::new(v),
+                                cached: false,
+                            }
+                        }
+                        Err(e) => {
+                            pin.stats.bump(Counter::BuildFailure);
+                            Served::Failed(Arc::new(e))
+                        }
+                    };
+                }
+                Some(node) => match node.view(&pin.guard) {
+                    View::Ready(p) => {
+                        let value = Arc::clone(&p.value);
+                        pin.stats.bump(Counter::Hit);
+                        // SAFETY: an unlinked node of ours, never shared.
+                        drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
+                        return Served::Hit(value);
+                    }
+                    View::Dead => continue,
+                    View::Loading => {
+                        if node.slot.builder() == token && token != 0 {
+                            drop(pin);
+                            // SAFETY: as above.
+                            drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
+                            panic!(
+                                "runcache: a builder asked the same cache for the same key it \
+                                 is building, on the same thread; this would wait for itself \
+                                 forever (see `Cache::get_or_insert_with`, \"Recursion\")"
+                            );
+                        }
+                        if !counted {
+                            pin.stats.bump(Counter::Wait);
+                            counted = true;
+                        }
+                        let held = hold(node);
+                        drop(pin);
+                        let state = held.slot.wait();
+                        let pin = self.pin();
+                        if state == READY {
+                            if let View::Ready(p) = held.view(&pin.guard) {
+                                // SAFETY: as above.
+                                drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
+                                return Served::Shared(Arc::clone(&p.value));
+                            }
+                        } else if state == DEAD {
+                            match held.outcome() {
+                                Some(Outcome::Uncached(v)) => {
+                                    // SAFETY: as above.
+                                    drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
+                                    return Served::Shared(Arc::clone(v));
+                                }
+                                Some(Outcome::Failed(e)) => {
+                                    if let Ok(e) = Arc::clone(e).downcast::<E>() {
+                                        // SAFETY: as above.
+                                        drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
+                                        return Served::Failed(e);
+                                    }
+                                    // Another error type: this caller builds for itself.
+                                }
+                                // The builder panicked: take the build over.
+                                None => {}
+                            }
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Runs the builder for our linked `LOADING` node and publishes the result.
+    fn build_into<E, F>(&self, node: Arc<Node<K, V>>, shard: &Shard<K, V>, build: F) -> Served<V, E>
+    where
+        E: Send + Sync + 'static,
+        F: FnOnce(&K) -> Result<V, E>,
+    {
+        let stats = self.pin().stats;
+        stats.bump(Counter::Miss);
+        stats.bump(Counter::Build);
+        // Ends the attempt as DEAD if the builder or the weigher unwinds.
+        let mut attempt = Attempt {
+            cache: self,
+            node: &node,
+            shard,
+            done: false,
+        };
+        let result = build(node.key());
+        let served = match result {
+            Ok(v) => {
+                let weight = self.weigh(node.key(), &v);
+                let value = Arc::new(v);
+                if self.budget.try_reserve(weight) {
+                    let boxed = Owned::new(Published {
+                        value: Arc::clone(&value),
+                        weight,
+                    });
+                    // Relaxed: a size statistic (counted before a remover can uncount it).
+                    shard.live.fetch_add(1, Ordering::Relaxed);
+                    // Release: pairs with the Acquire load in `Node::view`.
+                    node.value.store(boxed, Ordering::Release);
+                    node.slot.finish(READY);
+                    attempt.done = true;
+                    return Served::Built {
+                        value,
+                        cached: true,
+                    };
+                }
+                stats.bump(Counter::Rejection);
+                node.set_outcome(Outcome::Uncached(Arc::clone(&value)));
+                Served::Built {
+                    value,
+                    cached: false,
+                }
+            }
+            Err(e) => {
+                stats.bump(Counter::BuildFailure);
+                let e = Arc::new(e);
+                let any: Arc<dyn Any + Send + Sync> = e.clone();
+                node.set_outcome(Outcome::Failed(any));
+                Served::Failed(e)
+            }
+        };
+        attempt.done = true;
+        self.abandon(&node, shard);
+        served
+    }
+
+    /// Ends a `LOADING` attempt without a cached value: wakes the waiters, unlinks the node.
+    fn abandon(&self, node: &Node<K, V>, shard: &Shard<K, V>) {
+        node.slot.finish(DEAD);
+        let pin = self.pin();
+        shard.delete(node, &pin.guard);
+    }
+
+    /// Inserts or replaces; refuses (handing both back) when the weight does not fit.
+    ///
+    /// A replacement reserves only what the new weight adds to the old one: the part they
+    /// share passes from the old box to the new one when the CAS swaps them (I5).
+    pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, Refused<K, V>> {
+        let weight = self.weigh(&key, &value);
+        let hash = self.hash(&key);
+        let so = list::so_entry(hash);
+        let shard = self.shard(hash);
+        let mut boxed = Some(Box::new(Published {
+            value: Arc::new(value),
+            weight,
+        }));
+        let mut key = Some(key);
+        loop {
+            let pin = self.pin();
+            let q = key
+                .as_ref()
+                .expect("the key is back in hand at every retry");
+            let pos = shard.locate(hash, so, |k| k == q, &pin.guard);
+            let Some(node) = pos.found else {
+                if !self.budget.try_reserve(weight) {
+                    return Err(self.refuse(&pin, key, boxed));
+                }
+                let k = key.take().expect("checked above");
+                let node = Arc::into_raw(Arc::new(Node::entry(so, k, boxed.take(), 0)));
+                // Relaxed: a size statistic (counted before a remover can uncount it).
+                shard.live.fetch_add(1, Ordering::Relaxed);
+                if shard.link(&pos, node, &pin.guard) {
+                    return Ok(None);
+                }
+                shard.live.fetch_sub(1, Ordering::Relaxed);
+                self.budget.release(weight);
+                // SAFETY: the link failed, so the node was never shared.
+                let (k, b) = unsafe { into_parts(node) };
+                (key, boxed) = (Some(k), b);
+                continue;
+            };
+            match node.view(&pin.guard) {
+                View::Ready(current) => {
+                    let shared = weight.min(current.weight);
+                    if !self.budget.try_reserve(weight - shared) {
+                        return Err(self.refuse(&pin, key, boxed));
+                    }
+                    // Acquire: pairs with the Release that published the current box.
+                    let old = node.value.load(Ordering::Acquire, &pin.guard);
+                    if !std::ptr::eq(old.as_raw(), current) {
+                        self.budget.release(weight - shared);
+                        continue;
+                    }
+                    let new = Owned::from(boxed.take().expect("the box is in hand"));
+                    // AcqRel: Release pairs with the Acquire in `Node::view` (publishes the
+                    // new box); Acquire makes the old box's contents ours to read.
+                    match node.value.compare_exchange(
+                        old,
+                        new,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                        &pin.guard,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: our CAS took the old box out of the cell; `shared` of its
+                            // weight now belongs to the new box (I5, I6).
+                            let old = unsafe { self.retire_value(old, shared, &pin.guard) };
+                            return Ok(Some(old));
+                        }
+                        Err(e) => {
+                            self.budget.release(weight - shared);
+                            boxed = Some(e.new.into_box());
+                        }
+                    }
+                }
+                View::Loading => {
+                    let held = hold(node);
+                    drop(pin);
+                    held.slot.wait();
+                }
+                View::Dead => {}
+            }
+        }
+    }
+
+    /// Builds the refusal of an insert, handing the key and the value back.
+    #[cold]
+    fn refuse(
+        &self,
+        pin: &Pin<'_>,
+        key: Option<K>,
+        boxed: Option<Box<Published<V>>>,
+    ) -> Refused<K, V> {
+        pin.stats.bump(Counter::Rejection);
+        let boxed = boxed.expect("the box is in hand when refusing");
+        let value = Arc::try_unwrap(boxed.value)
+            .unwrap_or_else(|_| unreachable!("an insert's value is never shared before it lands"));
+        Refused {
+            key: key.expect("the key is in hand when refusing"),
+            value,
+            weight: boxed.weight,
+            capacity: self.budget.capacity(),
+        }
+    }
+
+    /// Releases the weight of a box just swapped out of a cell (less `kept`, which passed to
+    /// its replacement), defers its destruction, and returns its value.
+    ///
+    /// # Safety
+    /// - `ptr` is non-null and the caller's own atomic operation took it out of a value cell,
+    ///   so no other thread releases or retires it.
+    unsafe fn retire_value(
+        &self,
+        ptr: Shared<'_, Published<V>>,
+        kept: u64,
+        guard: &Guard,
+    ) -> Arc<V> {
+        // SAFETY: non-null, alive under `guard` (I6).
+        let p = unsafe { ptr.deref() };
+        let value = Arc::clone(&p.value);
+        self.budget.release(p.weight - kept);
+        // SAFETY: no new reader can load `ptr` (it left the cell); current readers are pinned.
+        unsafe { guard.defer_destroy(ptr) };
+        value
+    }
+
+    /// Removes a live node's value; `None` if someone else removed or replaced it first.
+    fn take(&self, node: &Node<K, V>, shard: &Shard<K, V>, guard: &Guard) -> Option<Arc<V>> {
+        // AcqRel: Acquire makes the box's contents ours; Release orders our null after them.
+        let old = node.value.swap(Shared::null(), Ordering::AcqRel, guard);
+        if old.is_null() {
+            return None;
+        }
+        // Relaxed: a size statistic.
+        shard.live.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: our swap took the box out of the cell.
+        let value = unsafe { self.retire_value(old, 0, guard) };
+        shard.delete(node, guard);
+        Some(value)
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
+        let pin = self.pin();
+        let node = shard.find(
+            hash,
+            list::so_entry(hash),
+            |k| k.borrow() == key,
+            &pin.guard,
+        )?;
+        let removed = self.take(node, shard, &pin.guard);
+        if removed.is_some() {
+            pin.stats.bump(Counter::Removal);
+        }
+        removed
+    }
+
+    /// Removes every cached entry; returns how many this call removed.
+    pub(crate) fn clear(&self) -> usize {
+        self.remove_while(|| true)
+    }
+
+    /// Removes cached entries, in list order, while `more()` says so.
+    fn remove_while(&self, mut more: impl FnMut() -> bool) -> usize {
+        let pin = self.pin();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut go = true;
+            shard.for_each(&pin.guard, |node| {
+                go = more();
+                if go {
+                    removed += usize::from(self.take(node, shard, &pin.guard).is_some());
+                }
+                go
+            });
+            if !go {
+                break;
+            }
+        }
+        removed
+    }
+
+    pub(crate) fn set_capacity(&self, capacity: u64) {
+        let stats = self.pin().stats;
+        self.budget.set_capacity(capacity, || {
+            let n = self.remove_while(|| self.budget.size() > capacity);
+            stats.add(Counter::Eviction, n as u64);
+            n > 0
+        });
+        if capacity == 0 {
+            // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
+            // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
+            stats.add(Counter::Eviction, self.clear() as u64);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: a size statistic, exact once the cache is quiet. A shard's count can dip
+        // below zero (wrapping) for an instant when a removal overtakes an insert's count.
+        let sum = self.shards.iter().fold(0usize, |acc, s| {
+            acc.wrapping_add(s.live.load(Ordering::Relaxed))
+        });
+        usize::try_from(sum as isize).unwrap_or(0)
+    }
+
+    pub(crate) fn weighted_size(&self) -> u64 {
+        self.budget.size()
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.budget.capacity()
+    }
+
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        self.budget.snapshot()
+    }
+
+    pub(crate) fn stat(&self, c: Counter) -> u64 {
+        self.domain.stats.sum(c)
+    }
+
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Bucket count of every shard (for growth tests).
+    pub(crate) fn buckets(&self) -> usize {
+        self.shards.iter().map(|s| s.buckets()).sum()
+    }
+}
+
+/// Takes a count of a node found under a guard, so it outlives the guard.
+fn hold<K, V>(node: &Node<K, V>) -> Arc<Node<K, V>> {
+    let p: *const Node<K, V> = node;
+    // SAFETY: `node` is alive (the caller is pinned) and was allocated as `Arc<Node>` (I1),
+    // so taking one more strong count is valid.
+    unsafe {
+        Arc::increment_strong_count(p);
+        Arc::from_raw(p)
+    }
+}
+
+/// Takes the key and value box back out of a node that was never linked.
+///
+/// # Safety
+/// - `n` came from `Arc::into_raw(Arc::new(..))`, was never linked, and is not used afterwards.
+unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<Box<Published<V>>>) {
+    // SAFETY: never shared, so ours is the only count.
+    let node = unsafe { Arc::from_raw(n) };
+    Arc::try_unwrap(node)
+        .unwrap_or_else(|_| unreachable!("a node that was never linked has one count"))
+        .into_parts()
+}
+
+/// Drop guard of a build attempt: if the builder or weigher unwinds, the slot turns `DEAD`
+/// with no outcome, the waiters wake and one of them takes the build over.
+struct Attempt<'a, K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    cache: &'a RawCache<K, V, S>,
+    node: &'a Node<K, V>,
+    shard: &'a Shard<K, V>,
+    done: bool,
+}
+
+impl<K, V, S> Drop for Attempt<'_, K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    fn drop(&mut self) {
+        if !self.done {
+            self.cache.abandon(self.node, self.shard);
+        }
+    }
+}

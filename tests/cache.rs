@@ -1,0 +1,411 @@
+//! Behaviour of the core cache, one property per test, over several configurations.
+
+mod common;
+
+use common::{drops, with_caches, Tracked};
+use runcache::{Cache, ConfigError, Lookup, Source};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+#[test]
+fn insert_get_replace_remove() {
+    with_caches::<String, u64>(100, |c| {
+        assert_eq!(c.insert("a".into(), 1).unwrap(), None);
+        assert_eq!(c.get("a").as_deref(), Some(&1));
+        assert_eq!(c.insert("a".into(), 2).unwrap().as_deref(), Some(&1));
+        assert_eq!(c.get("a").as_deref(), Some(&2));
+        assert_eq!((c.len(), c.weighted_size()), (1, 1));
+        assert_eq!(c.remove("a").as_deref(), Some(&2));
+        assert_eq!(c.remove("a"), None);
+        assert!(c.get("a").is_none() && c.is_empty());
+        assert_eq!(c.weighted_size(), 0);
+        let s = c.stats();
+        assert_eq!(s.removals, 1);
+    });
+}
+
+#[test]
+fn pinned_reads_borrow_without_refcounts() {
+    with_caches::<u64, String>(100, |c| {
+        for i in 0..50 {
+            c.insert(i, i.to_string()).unwrap();
+        }
+        let pinned = c.pin();
+        for i in 0..50 {
+            assert_eq!(
+                pinned.get(&i).map(String::as_str),
+                Some(i.to_string().as_str())
+            );
+        }
+        assert!(pinned.get(&99).is_none());
+        assert!(pinned.contains_key(&3));
+        // A value removed while pinned stays readable through the pin's borrow.
+        let v = pinned.get(&7).unwrap();
+        assert_eq!(c.remove(&7).as_deref().map(String::as_str), Some("7"));
+        assert_eq!(v, "7");
+    });
+}
+
+#[test]
+fn removed_values_live_while_held_and_drop_exactly_once() {
+    let d = drops();
+    {
+        let c = Cache::<u64, Tracked>::new(10);
+        c.insert(1, Tracked::new(1, &d)).unwrap();
+        let held = c.get(&1).unwrap();
+        c.remove(&1).unwrap();
+        c.clear();
+        assert_eq!(held.id, 1);
+        assert_eq!(d.load(Ordering::SeqCst), 0, "a held value must stay alive");
+        drop(held);
+    }
+    assert_eq!(d.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn dropping_the_cache_drops_every_value_once() {
+    let d = drops();
+    let n = 10_000;
+    {
+        let c = Cache::<u64, Tracked>::builder().shards(8).build().unwrap();
+        for i in 0..n {
+            c.insert(i, Tracked::new(i, &d)).unwrap();
+        }
+        for i in 0..n / 2 {
+            c.insert(i, Tracked::new(i, &d)).unwrap(); // replaced values are garbage
+        }
+        for i in 0..n / 4 {
+            c.remove(&i);
+        }
+    }
+    assert_eq!(d.load(Ordering::SeqCst), (n + n / 2) as usize);
+}
+
+#[test]
+fn values_used_on_other_threads_drop_once_after_those_threads_exit() {
+    let d = drops();
+    {
+        let c = Arc::new(Cache::<u64, Tracked>::new(1000));
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let (c, d) = (Arc::clone(&c), Arc::clone(&d));
+                thread::spawn(move || {
+                    for i in 0..500 {
+                        let k = t * 1000 + i;
+                        c.insert(k, Tracked::new(k, &d)).unwrap();
+                        c.remove(&k);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+    assert_eq!(d.load(Ordering::SeqCst), 2000);
+}
+
+#[test]
+fn single_flight_one_build_for_many_callers() {
+    with_caches::<u32, u64>(10, |c| {
+        let c = Arc::new(c);
+        let builds = Arc::new(AtomicUsize::new(0));
+        let barrier = Arc::new(Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, builds, barrier) = (c.clone(), builds.clone(), barrier.clone());
+                thread::spawn(move || {
+                    barrier.wait();
+                    c.get_or_insert_with(7, || {
+                        builds.fetch_add(1, Ordering::SeqCst);
+                        thread::sleep(Duration::from_millis(30));
+                        42
+                    })
+                })
+            })
+            .collect();
+        let values: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(builds.load(Ordering::SeqCst), 1);
+        assert!(values.iter().all(|v| Arc::ptr_eq(v, &values[0])));
+        let s = c.stats();
+        assert_eq!(s.builds, 1);
+        assert!(
+            s.waits >= 1,
+            "callers that arrived during the build waited: {s:?}"
+        );
+    });
+}
+
+#[test]
+fn failed_build_reaches_waiters_and_caches_nothing() {
+    let c = Arc::new(Cache::<u32, u64>::new(10));
+    let barrier = Arc::new(Barrier::new(4));
+    let builds = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, barrier, builds) = (c.clone(), barrier.clone(), builds.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                c.try_get_or_insert_with(1, || {
+                    builds.fetch_add(1, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(50));
+                    Err::<u64, String>("compile error".into())
+                })
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(results
+        .iter()
+        .all(|r| r.as_ref().unwrap_err().as_str() == "compile error"));
+    // Usually one build shared by all; a caller that arrived after the attempt ended builds
+    // again, which is the documented behaviour, so only bound it.
+    let n = builds.load(Ordering::SeqCst);
+    assert!((1..=4).contains(&n));
+    assert!(!c.contains_key(&1));
+    assert_eq!(c.stats().build_failures, n as u64);
+    // The next call builds again and can succeed.
+    assert_eq!(
+        *c.try_get_or_insert_with(1, || Ok::<_, String>(5)).unwrap(),
+        5
+    );
+    assert_eq!(c.get(&1).as_deref(), Some(&5));
+}
+
+#[test]
+fn panicking_builder_hands_the_build_to_a_waiter() {
+    let c = Arc::new(Cache::<u32, u64>::new(10));
+    let started = Arc::new(Barrier::new(2));
+    let panicker = {
+        let (c, started) = (c.clone(), started.clone());
+        thread::spawn(move || {
+            c.get_or_insert_with(9, || {
+                started.wait();
+                thread::sleep(Duration::from_millis(50));
+                panic!("builder exploded");
+            })
+        })
+    };
+    started.wait();
+    // This caller waits on the panicking attempt, then takes the build over.
+    let v = c.get_or_insert_with(9, || 99);
+    assert_eq!(*v, 99);
+    let err = panicker.join().unwrap_err();
+    assert_eq!(err.downcast_ref::<&str>(), Some(&"builder exploded"));
+    assert_eq!(c.get(&9).as_deref(), Some(&99));
+    assert_eq!(c.weighted_size(), 1);
+}
+
+#[test]
+fn panicking_weigher_releases_the_slot_and_changes_nothing() {
+    let c = Cache::<u32, u64>::builder()
+        .capacity(100)
+        .weigher(|_, v| if *v == 13 { panic!("bad weight") } else { *v })
+        .build()
+        .unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.get_or_insert_with(1, || 13)
+    }));
+    assert!(r.is_err());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.insert(2, 13)));
+    assert!(r.is_err());
+    assert_eq!((c.len(), c.weighted_size()), (0, 0));
+    assert_eq!(*c.get_or_insert_with(1, || 5), 5);
+    assert_eq!(c.weighted_size(), 5);
+}
+
+#[test]
+fn same_key_recursion_panics_with_a_clear_message() {
+    let c = Cache::<u32, u64>::new(10);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.get_or_insert_with(1, || *c.get_or_insert_with(1, || 2))
+    }));
+    let msg = r.unwrap_err();
+    let msg = msg
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| msg.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(msg.contains("same key"), "message was: {msg}");
+    // Nothing is stuck: the key builds normally afterwards.
+    assert_eq!(*c.get_or_insert_with(1, || 3), 3);
+    // A builder may use other keys of the same cache.
+    assert_eq!(
+        *c.get_or_insert_with(2, || *c.get_or_insert_with(3, || 4) + 1),
+        5
+    );
+}
+
+#[test]
+fn weights_are_reserved_and_oversized_entries_rejected() {
+    with_caches::<u32, Vec<u8>>(100, |c| {
+        let c = Cache::<u32, Vec<u8>>::builder()
+            .capacity(100)
+            .shards(c.shards())
+            .weigher(|_, v: &Vec<u8>| v.len() as u64)
+            .build()
+            .unwrap();
+        c.insert(1, vec![0; 60]).unwrap();
+        let e = c.insert(2, vec![0; 50]).unwrap_err();
+        assert_eq!(
+            (e.key, e.value.len(), e.weight, e.capacity),
+            (2, 50, 50, 100)
+        );
+        assert!(e.to_string().contains("weight 50"), "{e}");
+        // An entry heavier than the whole capacity is built, returned, and not cached.
+        let f = c.get_or_build(3, |_| Ok::<_, ()>(vec![0; 101])).unwrap();
+        assert_eq!((f.source, f.value.len()), (Source::Uncached, 101));
+        assert!(!c.contains_key(&3));
+        // Replacing releases the old weight.
+        c.insert(1, vec![0; 10]).unwrap();
+        assert_eq!(c.weighted_size(), 10);
+        c.insert(2, vec![0; 90]).unwrap();
+        assert_eq!(c.weighted_size(), 100);
+        assert_eq!(c.stats().rejections, 2);
+    });
+}
+
+#[test]
+fn capacity_zero_builds_every_time_and_caches_nothing() {
+    let c = Cache::<u32, u32>::new(0);
+    let builds = AtomicUsize::new(0);
+    for _ in 0..3 {
+        let (v, how) = c.get_or_create(&1, |k| {
+            builds.fetch_add(1, Ordering::SeqCst);
+            k + 1
+        });
+        assert_eq!((*v, how), (2, Lookup::Miss));
+    }
+    assert_eq!(builds.load(Ordering::SeqCst), 3);
+    assert!(c.is_empty());
+    let e = c.insert(1, 1).unwrap_err();
+    assert!(e.to_string().contains("disabled"), "{e}");
+}
+
+#[test]
+fn set_capacity_grows_keeps_shrinks_evicts_and_zero_disables() {
+    with_caches::<u32, u32>(10, |c| {
+        for i in 0..10 {
+            c.insert(i, i).unwrap();
+        }
+        c.set_capacity(20);
+        assert_eq!((c.len(), c.capacity()), (10, 20));
+        c.set_capacity(4);
+        assert_eq!((c.len(), c.weighted_size(), c.capacity()), (4, 4, 4));
+        assert_eq!(c.stats().evictions, 6);
+        c.set_capacity(0);
+        assert_eq!((c.len(), c.weighted_size(), c.capacity()), (0, 0, 0));
+        let f = c.get_or_build(1, |_| Ok::<_, ()>(5)).unwrap();
+        assert_eq!(f.source, Source::Uncached);
+        c.set_capacity(3);
+        assert_eq!(
+            c.get_or_build(1, |_| Ok::<_, ()>(5)).unwrap().source,
+            Source::Cached
+        );
+        assert_eq!(
+            c.get_or_build(1, |_| Ok::<_, ()>(6)).unwrap().source,
+            Source::Hit
+        );
+    });
+}
+
+#[test]
+fn get_or_create_reports_hit_and_miss() {
+    let c = Cache::<String, usize>::new(10);
+    let (v, how) = c.get_or_create(&"conv".to_string(), |k| k.len());
+    assert_eq!((*v, how), (4, Lookup::Miss));
+    let (v, how) = c.get_or_create(&"conv".to_string(), |_| unreachable!());
+    assert_eq!((*v, how), (4, Lookup::Hit));
+}
+
+#[test]
+fn invalid_shard_counts_are_refused_with_the_value() {
+    for bad in [0usize, 3, 6, runcache::MAX_SHARDS * 2] {
+        let e = Cache::<u8, u8>::builder().shards(bad).build().unwrap_err();
+        assert_eq!(e, ConfigError::Shards { requested: bad });
+        assert!(e.to_string().contains(&bad.to_string()));
+    }
+}
+
+#[test]
+fn the_table_grows_while_staying_correct() {
+    let c = Cache::<u64, u64>::builder().shards(2).build().unwrap();
+    let before = c.buckets();
+    for i in 0..50_000 {
+        c.insert(i, i * 2).unwrap();
+    }
+    assert!(
+        c.buckets() >= 50_000 / 2,
+        "buckets: {} -> {}",
+        before,
+        c.buckets()
+    );
+    let pinned = c.pin();
+    for i in 0..50_000 {
+        assert_eq!(pinned.get(&i), Some(&(i * 2)));
+    }
+    assert_eq!(c.len(), 50_000);
+}
+
+#[test]
+fn clear_removes_everything_and_returns_weight() {
+    with_caches::<u64, u64>(1000, |c| {
+        for i in 0..500 {
+            c.insert(i, i).unwrap();
+        }
+        c.clear();
+        assert_eq!((c.len(), c.weighted_size()), (0, 0));
+        assert!(c.get(&1).is_none());
+    });
+}
+
+#[test]
+fn stats_count_hits_and_misses_exactly_across_threads() {
+    let c = Arc::new(Cache::<u64, u64>::new(100));
+    c.insert(1, 1).unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let c = c.clone();
+            thread::spawn(move || {
+                for _ in 0..1000 {
+                    c.get(&1).unwrap();
+                    assert!(c.get(&2).is_none());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses), (4000, 4000));
+    assert!((s.hit_ratio() - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn many_caches_per_thread_stay_isolated() {
+    let caches: Vec<Cache<u32, u32>> = (0..20).map(|_| Cache::new(10)).collect();
+    for (i, c) in caches.iter().enumerate() {
+        c.insert(1, i as u32).unwrap();
+    }
+    for (i, c) in caches.iter().enumerate() {
+        assert_eq!(c.get(&1).as_deref(), Some(&(i as u32)));
+        assert_eq!(c.stats().hits, 1);
+    }
+}
+
+#[test]
+fn a_value_holding_a_cache_can_be_dropped_by_reclamation() {
+    // Nested caches: dropping a value that owns a cache runs inside epoch reclamation.
+    let outer = Cache::<u32, Cache<u32, u32>>::new(100);
+    for i in 0..300 {
+        let inner = Cache::new(10);
+        inner.insert(i, i).unwrap();
+        inner.get(&i).unwrap();
+        outer.insert(i % 7, inner).unwrap();
+        outer.remove(&(i % 5));
+    }
+    drop(outer);
+}
