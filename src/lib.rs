@@ -116,6 +116,18 @@ pub use cache::{
 };
 pub use error::{ConfigError, InsertError};
 
+/// Ends the calling modelled thread's registrations with every cache, exactly as thread-local
+/// destruction does when a real thread exits.
+///
+/// Only for the loom models: loom runs thread-local destructors at a point where
+/// crossbeam-epoch's participant finalization does not release its collector (shown with
+/// crossbeam-epoch alone), so each modelled thread calls this as its last action.
+#[cfg(runcache_loom)]
+#[doc(hidden)]
+pub fn __loom_thread_exit() {
+    raw::epoch::release_thread();
+}
+
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

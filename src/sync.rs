@@ -8,6 +8,8 @@
 //!   not model futexes, so under `runcache_loom` they become a loom `Mutex` + `Condvar` that
 //!   re-checks the word under the lock: the only lock in the crate, and it exists only in the
 //!   model.
+//! * Thread-locals (the per-thread epoch handles) are loom's under the cfg, so each modelled
+//!   thread registers with the cache's collector as a real thread would.
 //! * [`AtomicPair`] packs the weighted size and the capacity into one 128-bit word so that the
 //!   check `size + weight <= capacity` and the update happen in one compare-and-swap. On x86_64
 //!   this is `cmpxchg16b` (detected at run time by `portable-atomic`); under loom it is a loom
@@ -16,6 +18,13 @@
 #[cfg(not(runcache_loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+    pub(crate) use std::thread::yield_now;
+
+    /// Declares a thread-local (std's here, loom's in the model).
+    macro_rules! local_key {
+        ($($t:tt)*) => { std::thread_local!($($t)*); };
+    }
+    pub(crate) use local_key;
 
     /// Parks the calling thread while `atomic` holds `expected` (spurious wake-ups allowed).
     #[inline]
@@ -82,6 +91,13 @@ mod imp {
 mod imp {
     pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
     use loom::sync::{Condvar, Mutex};
+    pub(crate) use loom::thread::yield_now;
+
+    /// Declares a thread-local that loom gives each modelled thread its own copy of.
+    macro_rules! local_key {
+        ($($t:tt)*) => { loom::thread_local!($($t)*); };
+    }
+    pub(crate) use local_key;
 
     loom::lazy_static! {
         static ref PARKING: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());

@@ -409,3 +409,20 @@ fn a_value_holding_a_cache_can_be_dropped_by_reclamation() {
     }
     drop(outer);
 }
+
+#[test]
+fn a_value_read_on_another_thread_drops_once_when_the_cache_drops() {
+    let d = drops();
+    let c = Arc::new(Cache::<u32, Tracked>::builder().shards(1).build().unwrap());
+    c.insert(1, Tracked::new(1, &d)).unwrap();
+    let (c2, d2) = (c.clone(), d.clone());
+    let reader = thread::spawn(move || {
+        let v = c2.get(&1).expect("inserted before the thread started");
+        assert_eq!(d2.load(Ordering::SeqCst), 0, "dropped while held");
+        drop(v);
+    });
+    reader.join().unwrap();
+    drop(c.remove(&1));
+    drop(c);
+    assert_eq!(d.load(Ordering::SeqCst), 1);
+}

@@ -16,7 +16,7 @@
 //! a plain load and store, which is exact because it is the only writer; readers add the blocks
 //! up. A lookup therefore writes only a line that no other thread writes.
 
-use crate::sync::{AtomicPair, AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{yield_now, AtomicPair, AtomicPtr, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Weighted size and capacity, updated together.
@@ -109,7 +109,7 @@ impl Budget {
             // Still above the target: the capacity already stops new reservations at `size`.
             if !evict_one() {
                 // Only weight that is being published right now is left; it lands in a moment.
-                std::thread::yield_now();
+                yield_now();
             }
         }
     }

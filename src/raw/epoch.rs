@@ -47,10 +47,8 @@ struct ThreadState {
     locals: RefCell<Vec<Local>>,
 }
 
-thread_local! {
-    static THREAD: ThreadState = const {
-        ThreadState { token: Cell::new(0), locals: RefCell::new(Vec::new()) }
-    };
+crate::sync::local_key! {
+    static THREAD: ThreadState = ThreadState { token: Cell::new(0), locals: RefCell::new(Vec::new()) };
 }
 
 /// A token that identifies the calling thread (0 when it cannot be read during teardown).
@@ -65,6 +63,19 @@ pub(crate) fn thread_token() -> u64 {
             token
         })
         .unwrap_or(0)
+}
+
+/// Drops every registration of the calling thread, as thread-local destruction does when a
+/// thread exits. Only the loom models call it (see `crate::__loom_thread_exit`).
+#[cfg(runcache_loom)]
+pub(crate) fn release_thread() {
+    let locals = THREAD.try_with(|t| {
+        t.locals
+            .try_borrow_mut()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    });
+    drop(locals);
 }
 
 /// A cache's reclamation domain: its collector, its identity and its statistics.

@@ -14,7 +14,7 @@
 //! unlinked by a compare-and-swap on its predecessor; the thread whose CAS unlinks it hands
 //! the list's reference to the epoch collector.
 
-use super::slot::{Slot, LOADING};
+use super::slot::{Slot, LOADING, READY};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use std::any::Any;
@@ -115,21 +115,31 @@ impl<K, V> Node<K, V> {
     }
 
     /// The node's current state as a reader sees it.
+    ///
+    /// A hit costs one load. A null cell is only conclusive once the state has been read: a
+    /// builder may publish between the two loads, so after reading `READY` the cell is loaded
+    /// again (the Acquire on the state makes the published box visible to that second load).
+    /// Found by the loom model `racing_builders_build_once_and_share_the_value`.
     #[inline]
     pub(crate) fn view<'g>(&self, guard: &'g Guard) -> View<'g, V> {
-        // Acquire: pairs with the Release store/CAS that published the box (`publish`,
+        if let Some(p) = self.ready(guard) {
+            return View::Ready(p);
+        }
+        match self.slot.state() {
+            LOADING => View::Loading,
+            READY => self.ready(guard).map_or(View::Dead, View::Ready),
+            _ => View::Dead,
+        }
+    }
+
+    #[inline]
+    fn ready<'g>(&self, guard: &'g Guard) -> Option<&'g Published<V>> {
+        // Acquire: pairs with the Release store/CAS that published the box (`build_into`,
         // `RawCache::insert`).
         let v = self.value.load(Ordering::Acquire, guard);
         // SAFETY: a box read from the value cell under `guard` is destroyed only through the
         // epoch after being swapped out (I6), so it lives as long as the guard.
-        if let Some(p) = unsafe { v.as_ref() } {
-            return View::Ready(p);
-        }
-        if self.slot.state() == LOADING {
-            View::Loading
-        } else {
-            View::Dead
-        }
+        unsafe { v.as_ref() }
     }
 
     #[inline]

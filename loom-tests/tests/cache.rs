@@ -1,0 +1,215 @@
+//! Loom models of the whole cache: the split-ordered list, the slot protocol, the budget and
+//! crossbeam-epoch itself are explored together.
+//!
+//! ```text
+//! RUSTFLAGS="--cfg runcache_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 \
+//!     CARGO_TARGET_DIR=target/loom cargo test --release -p runcache-loom-tests
+//! ```
+//!
+//! Each model builds a fresh cache (and so a fresh epoch collector).
+#![cfg(runcache_loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use runcache::{Cache, CacheBuilder};
+use std::hash::BuildHasherDefault;
+
+/// loom replays each interleaving many times, so hashing must not be randomly seeded.
+type Fixed = BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+fn builder<V: Send + Sync + 'static>() -> CacheBuilder<u32, V, Fixed> {
+    Cache::<u32, V>::builder()
+        .shards(1)
+        .hasher(Fixed::default())
+}
+
+fn cache(capacity: u64) -> Cache<u32, u64, Fixed> {
+    builder()
+        .capacity(capacity)
+        .build()
+        .expect("one shard is valid")
+}
+
+/// (a) Two threads and the main thread race `get_or_insert_with` on one key: one build, and
+/// every caller gets the same `Arc`.
+#[test]
+fn racing_builders_build_once_and_share_the_value() {
+    loom::model(|| {
+        let c = Arc::new(cache(10));
+        let builds = Arc::new(AtomicUsize::new(0));
+        let spawn = |c: Arc<Cache<u32, u64, Fixed>>, builds: Arc<AtomicUsize>| {
+            thread::spawn(move || {
+                let v = c.get_or_insert_with(1, || {
+                    builds.fetch_add(1, Ordering::Relaxed);
+                    7
+                });
+                runcache::__loom_thread_exit();
+                v
+            })
+        };
+        let t1 = spawn(c.clone(), builds.clone());
+        let mine = c.get_or_insert_with(1, || {
+            builds.fetch_add(1, Ordering::Relaxed);
+            7
+        });
+        let theirs = t1.join().unwrap();
+        assert_eq!(
+            builds.load(Ordering::Relaxed),
+            1,
+            "the builder ran more than once"
+        );
+        assert!(
+            std::sync::Arc::ptr_eq(&mine, &theirs),
+            "callers got different values"
+        );
+        assert_eq!(*mine, 7);
+        assert_eq!(c.len(), 1);
+    });
+}
+
+/// (b) The first builder fails: the waiter gets that error or builds again itself; nobody
+/// hangs (loom reports a deadlock if a parked thread is never woken).
+#[test]
+fn a_failed_build_never_strands_a_waiter() {
+    loom::model(|| {
+        let c = Arc::new(cache(10));
+        let c2 = c.clone();
+        let t = thread::spawn(move || {
+            let r = c2.try_get_or_insert_with(1, || Err::<u64, u8>(9));
+            runcache::__loom_thread_exit();
+            r
+        });
+        let mine = c.try_get_or_insert_with(1, || Ok::<u64, u8>(5));
+        let theirs = t.join().unwrap();
+        match (&mine, &theirs) {
+            // The failing builder ran first and this caller waited on its attempt.
+            (Err(e), Err(f)) => assert_eq!((**e, **f), (9, 9)),
+            // This caller built (first, or after the failed attempt ended).
+            (Ok(v), Err(f)) => assert_eq!((**v, **f), (5, 9)),
+            // The failing caller arrived after the value was cached.
+            (Ok(v), Ok(w)) => assert_eq!((**v, **w), (5, 5)),
+            (Err(_), Ok(_)) => panic!("a cached value cannot come from the failing builder"),
+        }
+        assert_eq!(c.contains_key(&1), mine.is_ok());
+    });
+}
+
+/// (b) The first builder panics: the waiter takes the build over.
+#[test]
+fn a_panicking_build_hands_over_to_a_waiter() {
+    loom::model(|| {
+        let c = Arc::new(cache(10));
+        let c2 = c.clone();
+        let t = thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                c2.get_or_insert_with(1, || panic!("builder panics"))
+            }));
+            runcache::__loom_thread_exit();
+            r.is_err()
+        });
+        let v = c.get_or_insert_with(1, || 3);
+        let panicked = t.join().unwrap();
+        assert_eq!(*v, 3);
+        assert_eq!(c.get(&1).as_deref(), Some(&3));
+        // The panicking builder ran unless it found the value already cached.
+        let _ = panicked;
+    });
+}
+
+/// (c) Concurrent inserts near capacity: the weighted size never exceeds the capacity, and at
+/// the end equals the weights of the entries that are live.
+#[test]
+fn concurrent_inserts_near_capacity_never_overshoot() {
+    loom::model(|| {
+        let c = Arc::new(
+            builder::<u64>()
+                .capacity(3)
+                .weigher(|_, v| *v)
+                .build()
+                .unwrap(),
+        );
+        let threads: Vec<_> = [(1u32, 2u64), (2, 2)]
+            .into_iter()
+            .map(|(k, w)| {
+                let c = c.clone();
+                thread::spawn(move || {
+                    let ok = c.insert(k, w).is_ok();
+                    let (size, cap) = c.weighted_size_and_capacity();
+                    assert!(size <= cap, "size {size} above capacity {cap}");
+                    runcache::__loom_thread_exit();
+                    ok
+                })
+            })
+            .collect();
+        let ok: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            ok.iter().filter(|b| **b).count(),
+            1,
+            "exactly one weight-2 entry fits in 3"
+        );
+        let live: u64 = [1u32, 2].iter().filter_map(|k| c.get(k)).map(|v| *v).sum();
+        assert_eq!(c.weighted_size(), live);
+        assert_eq!(live, 2);
+    });
+}
+
+/// (c) A shrink races an insert: the size never passes the capacity in force, and the shrink
+/// ends at or below its target.
+#[test]
+fn a_shrink_racing_an_insert_keeps_the_budget() {
+    loom::model(|| {
+        let c = Arc::new(cache(2));
+        c.insert(1, 1).unwrap();
+        let c2 = c.clone();
+        let t = thread::spawn(move || {
+            let _ = c2.insert(2, 2);
+            let (size, cap) = c2.weighted_size_and_capacity();
+            assert!(size <= cap);
+            runcache::__loom_thread_exit();
+        });
+        c.set_capacity(1);
+        t.join().unwrap();
+        let (size, cap) = c.weighted_size_and_capacity();
+        assert!(size <= cap && cap == 1, "size {size}, capacity {cap}");
+        assert_eq!(c.len() as u64, size);
+    });
+}
+
+/// A value whose drops are counted with a loom atomic.
+struct Tracked(Arc<AtomicUsize>);
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// (d) Remove while another thread holds the value: the destructor runs exactly once, after
+/// the last holder.
+#[test]
+fn a_removed_value_drops_once_after_its_last_holder() {
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let c = Arc::new(builder::<Tracked>().build().unwrap());
+        assert!(c.insert(1, Tracked(drops.clone())).is_ok());
+        let (c2, d2) = (c.clone(), drops.clone());
+        let reader = thread::spawn(move || {
+            if let Some(v) = c2.get(&1) {
+                assert_eq!(d2.load(Ordering::Relaxed), 0, "dropped while held");
+                drop(v);
+            }
+            runcache::__loom_thread_exit();
+        });
+        let removed = c.remove(&1);
+        assert!(removed.is_some());
+        drop(removed);
+        reader.join().unwrap();
+        drop(c);
+        assert_eq!(
+            drops.load(Ordering::Relaxed),
+            1,
+            "the destructor must run exactly once"
+        );
+    });
+}
