@@ -219,7 +219,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let pin = self.raw.pin();
-        self.raw.get(key, &pin).map(|p| Arc::clone(&p.value))
+        self.raw.get(key, &pin).map(|p| Arc::clone(p.value()))
     }
 
     /// Pins the cache on this thread for a run of reads that touch no reference count; see
@@ -464,7 +464,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         debug_assert!(self.raw.owns(&self.pin.guard));
-        self.raw.get(key, &self.pin).map(|p| &*p.value)
+        self.raw.get(key, &self.pin).map(|p| &**p.value())
     }
 
     /// Whether a value is cached for `key`.

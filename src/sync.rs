@@ -5,15 +5,18 @@
 //! accounting into loom models without touching their code.
 //!
 //! * `wait`/`wake_all` are futex operations ([`atomic_wait`]) on a slot's state word. loom does
-//!   not model futexes, so under `runcache_loom` they become a loom `Mutex` + `Condvar` that
-//!   re-checks the word under the lock: the only lock in the crate, and it exists only in the
-//!   model.
+//!   not model futexes, so under `runcache_loom` a wait re-checks the word and yields (see the
+//!   loom `wait` for why not a mutex and condvar).
+//! * [`UnsafeCell`] holds the contents of published value boxes, so that loom checks every
+//!   read of them for a happens-before edge to their writer: publishing a box with `Relaxed`
+//!   instead of `Release` fails the models with a causality violation.
 //! * Thread-locals (the per-thread epoch handles) are loom's under the cfg, so each modelled
 //!   thread registers with the cache's collector as a real thread would.
 //! * [`AtomicPair`] packs the weighted size and the capacity into one 128-bit word so that the
 //!   check `size + weight <= capacity` and the update happen in one compare-and-swap. On x86_64
 //!   this is `cmpxchg16b` (detected at run time by `portable-atomic`); under loom it is a loom
-//!   mutex around the pair, which models exactly the same linearizable operations.
+//!   mutex around the pair, which models exactly the same linearizable operations: the only
+//!   lock in the crate, and it exists only in the model.
 
 #[cfg(not(runcache_loom))]
 mod imp {
@@ -25,6 +28,26 @@ mod imp {
         ($($t:tt)*) => { std::thread_local!($($t)*); };
     }
     pub(crate) use local_key;
+
+    /// `std::cell::UnsafeCell` with loom's `with`/`with_mut` API, so code that reads through
+    /// it is observed by loom under the model cfg.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) fn new(data: T) -> Self {
+            Self(std::cell::UnsafeCell::new(data))
+        }
+
+        #[inline]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        pub(crate) fn into_inner(self) -> T {
+            self.0.into_inner()
+        }
+    }
 
     /// Parks the calling thread while `atomic` holds `expected` (spurious wake-ups allowed).
     #[inline]
@@ -89,8 +112,9 @@ mod imp {
 
 #[cfg(runcache_loom)]
 mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
-    use loom::sync::{Condvar, Mutex};
+    use loom::sync::Mutex;
     pub(crate) use loom::thread::yield_now;
 
     /// Declares a thread-local that loom gives each modelled thread its own copy of.
@@ -99,26 +123,22 @@ mod imp {
     }
     pub(crate) use local_key;
 
-    loom::lazy_static! {
-        static ref PARKING: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
-    }
-
-    /// Model of a futex wait: re-checks the word under the lock, then sleeps on the condvar.
+    /// Model of a futex wait: one re-check, then a yield (callers loop, as with a futex's
+    /// spurious wake-ups).
+    ///
+    /// Not a loom `Mutex` + `Condvar`: loom runs its threads on one OS thread, so a builder
+    /// that panics and wakes its waiters while unwinding poisons loom's own mutex. The models
+    /// have two threads, where a yielding wait stays cheap; a waiter that is never woken
+    /// spins until loom's branch limit fails the model, so a hang is still a failure.
     pub(crate) fn wait(atomic: &AtomicU32, expected: u32) {
-        let (lock, cvar) = &*PARKING;
-        let mut held = lock.lock().unwrap();
         // Acquire: pairs with the Release swap that changed the word before `wake_all`.
-        while atomic.load(core::sync::atomic::Ordering::Acquire) == expected {
-            held = cvar.wait(held).unwrap();
+        if atomic.load(core::sync::atomic::Ordering::Acquire) == expected {
+            loom::thread::yield_now();
         }
     }
 
-    /// Model of a futex wake: taking the lock orders it after any waiter's re-check.
-    pub(crate) fn wake_all(_atomic: &AtomicU32) {
-        let (lock, cvar) = &*PARKING;
-        let _held = lock.lock().unwrap();
-        cvar.notify_all();
-    }
+    /// Model of a futex wake: waiters re-check the word themselves (see `wait`).
+    pub(crate) fn wake_all(_atomic: &AtomicU32) {}
 
     /// Model of the 128-bit pair: each operation is one critical section, which is exactly
     /// the linearizable behaviour of the `cmpxchg16b` version.
@@ -130,7 +150,7 @@ mod imp {
         }
 
         pub(crate) fn load(&self) -> (u64, u64) {
-            *self.0.lock().unwrap()
+            *self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
 
         pub(crate) fn compare_exchange(
@@ -138,7 +158,7 @@ mod imp {
             current: (u64, u64),
             new: (u64, u64),
         ) -> Result<(), (u64, u64)> {
-            let mut held = self.0.lock().unwrap();
+            let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if *held == current {
                 *held = new;
                 Ok(())

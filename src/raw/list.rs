@@ -15,7 +15,7 @@
 //! the list's reference to the epoch collector.
 
 use super::slot::{Slot, LOADING, READY};
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use std::any::Any;
 use std::mem::MaybeUninit;
@@ -29,10 +29,42 @@ const LOAD_FACTOR: usize = if cfg!(runcache_stress) { 1 } else { 2 };
 /// bucket split and every segment allocation.
 const INITIAL_BUCKETS: usize = if cfg!(runcache_stress) { 1 } else { 8 };
 
-/// A cached value and the weight reserved for it (**I5**).
+/// A cached value and the weight reserved for it (**I5**), immutable once made.
+///
+/// The contents sit in the sync shim's `UnsafeCell` only so that loom sees every read of a
+/// published box and can flag one that is not ordered after the box's creation.
 pub(crate) struct Published<V> {
-    pub(crate) value: Arc<V>,
-    pub(crate) weight: u64,
+    data: UnsafeCell<(Arc<V>, u64)>,
+}
+
+// SAFETY: the contents are written once, in `new`, before the box is shared, and only read
+// afterwards; reading `Arc<V>` from several threads needs `V: Send + Sync`, like `Arc` itself.
+unsafe impl<V: Send + Sync> Sync for Published<V> {}
+
+impl<V> Published<V> {
+    pub(crate) fn new(value: Arc<V>, weight: u64) -> Self {
+        Self {
+            data: UnsafeCell::new((value, weight)),
+        }
+    }
+
+    /// The value.
+    #[inline]
+    pub(crate) fn value(&self) -> &Arc<V> {
+        // SAFETY: the contents are never written after `new` (see the `Sync` impl).
+        self.data.with(|p| unsafe { &(*p).0 })
+    }
+
+    /// The weight reserved for it.
+    pub(crate) fn weight(&self) -> u64 {
+        // SAFETY: as in `value`.
+        self.data.with(|p| unsafe { (*p).1 })
+    }
+
+    /// The value and the weight, taken back by an insert that was refused.
+    pub(crate) fn into_parts(self) -> (Arc<V>, u64) {
+        self.data.into_inner()
+    }
 }
 
 /// How a build attempt that cached nothing ended, for the callers that waited on it.

@@ -255,7 +255,7 @@ where
                 }
                 Some(node) => match node.view(&pin.guard) {
                     View::Ready(p) => {
-                        let value = Arc::clone(&p.value);
+                        let value = Arc::clone(p.value());
                         pin.stats.bump(Counter::Hit);
                         // SAFETY: an unlinked node of ours, never shared.
                         drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
@@ -285,7 +285,7 @@ where
                             if let View::Ready(p) = held.view(&pin.guard) {
                                 // SAFETY: as above.
                                 drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
-                                return Served::Shared(Arc::clone(&p.value));
+                                return Served::Shared(Arc::clone(p.value()));
                             }
                         } else if state == DEAD {
                             match held.outcome() {
@@ -334,10 +334,7 @@ where
                 let weight = self.weigh(node.key(), &v);
                 let value = Arc::new(v);
                 if self.budget.try_reserve(weight) {
-                    let boxed = Owned::new(Published {
-                        value: Arc::clone(&value),
-                        weight,
-                    });
+                    let boxed = Owned::new(Published::new(Arc::clone(&value), weight));
                     // Relaxed: a size statistic (counted before a remover can uncount it).
                     shard.live.fetch_add(1, Ordering::Relaxed);
                     // Release: pairs with the Acquire load in `Node::view`.
@@ -385,10 +382,7 @@ where
         let hash = self.hash(&key);
         let so = list::so_entry(hash);
         let shard = self.shard(hash);
-        let mut boxed = Some(Box::new(Published {
-            value: Arc::new(value),
-            weight,
-        }));
+        let mut boxed = Some(Box::new(Published::new(Arc::new(value), weight)));
         let mut key = Some(key);
         loop {
             let pin = self.pin();
@@ -416,7 +410,7 @@ where
             };
             match node.view(&pin.guard) {
                 View::Ready(current) => {
-                    let shared = weight.min(current.weight);
+                    let shared = weight.min(current.weight());
                     if !self.budget.try_reserve(weight - shared) {
                         return Err(self.refuse(&pin, key, boxed));
                     }
@@ -467,13 +461,15 @@ where
         boxed: Option<Box<Published<V>>>,
     ) -> Refused<K, V> {
         pin.stats.bump(Counter::Rejection);
-        let boxed = boxed.expect("the box is in hand when refusing");
-        let value = Arc::try_unwrap(boxed.value)
+        let (value, weight) = boxed
+            .expect("the box is in hand when refusing")
+            .into_parts();
+        let value = Arc::try_unwrap(value)
             .unwrap_or_else(|_| unreachable!("an insert's value is never shared before it lands"));
         Refused {
             key: key.expect("the key is in hand when refusing"),
             value,
-            weight: boxed.weight,
+            weight,
             capacity: self.budget.capacity(),
         }
     }
@@ -492,8 +488,8 @@ where
     ) -> Arc<V> {
         // SAFETY: non-null, alive under `guard` (I6).
         let p = unsafe { ptr.deref() };
-        let value = Arc::clone(&p.value);
-        self.budget.release(p.weight - kept);
+        let value = Arc::clone(p.value());
+        self.budget.release(p.weight() - kept);
         // SAFETY: no new reader can load `ptr` (it left the cell); current readers are pinned.
         unsafe { guard.defer_destroy(ptr) };
         value
