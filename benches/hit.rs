@@ -1,0 +1,194 @@
+//! Hit latency: runcache against papaya, quick_cache, moka and an unsynchronized `HashMap`,
+//! all with foldhash, measured in the same run.
+//!
+//! - `hit/1-thread/*`: one thread, 10,000 cached keys looked up in a shuffled order.
+//! - `hit/2-threads/*`: the same on two threads at once (each thread its own order).
+//!
+//! One iteration is a batch of `BATCH` lookups (`Throughput::Elements(BATCH)`), so criterion
+//! reports lookups per second. `Arc` subjects clone the value (`get`); pinned subjects borrow
+//! it under one pin per batch (runcache `pin().get`, papaya `pin().get`).
+//!
+//! ```text
+//! cargo bench --bench hit                 # full run
+//! cargo bench --bench hit -- --quick      # a quick look
+//! ```
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+const KEYS: u64 = 10_000;
+const BATCH: usize = 1024;
+
+type Hasher = foldhash::fast::RandomState;
+
+/// Keys in a shuffled order (a fixed xorshift permutation per seed).
+fn order(seed: u64) -> Vec<u64> {
+    let mut keys: Vec<u64> = (0..KEYS).collect();
+    let mut s = seed | 1;
+    for i in (1..keys.len()).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        keys.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    keys
+}
+
+/// Every subject, filled with the same keys.
+struct Subjects {
+    runcache: runcache::Cache<u64, u64>,
+    papaya: papaya::HashMap<u64, u64, Hasher>,
+    quick: quick_cache::sync::Cache<u64, Arc<u64>>,
+    moka: moka::sync::Cache<u64, Arc<u64>, Hasher>,
+    map: HashMap<u64, u64, Hasher>,
+}
+
+impl Subjects {
+    fn new() -> Self {
+        let s = Subjects {
+            runcache: runcache::Cache::builder()
+                .capacity(KEYS * 2)
+                .build()
+                .unwrap(),
+            papaya: papaya::HashMap::with_hasher(Hasher::default()),
+            quick: quick_cache::sync::Cache::new(KEYS as usize * 2),
+            moka: moka::sync::Cache::builder()
+                .max_capacity(KEYS * 2)
+                .build_with_hasher(Hasher::default()),
+            map: HashMap::with_hasher(Hasher::default()),
+        };
+        for k in 0..KEYS {
+            s.runcache.insert(k, k).unwrap();
+            s.papaya.pin().insert(k, k);
+            s.quick.insert(k, Arc::new(k));
+            s.moka.insert(k, Arc::new(k));
+        }
+        let mut s = s;
+        for k in 0..KEYS {
+            s.map.insert(k, k);
+        }
+        s.moka.run_pending_tasks();
+        s
+    }
+}
+
+/// One batch of lookups through `subject`, starting at `at` in `keys`.
+fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
+    let keys = keys.iter().cycle().skip(at % keys.len()).take(BATCH);
+    let mut sum = 0u64;
+    match subject {
+        "runcache-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.runcache.get(k).unwrap());
+            }
+        }
+        "runcache-pinned" => {
+            let pinned = subjects.runcache.pin();
+            for k in keys {
+                sum = sum.wrapping_add(*pinned.get(k).unwrap());
+            }
+        }
+        "papaya-pinned" => {
+            let pinned = subjects.papaya.pin();
+            for k in keys {
+                sum = sum.wrapping_add(*pinned.get(k).unwrap());
+            }
+        }
+        "quick_cache-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.quick.get(k).unwrap());
+            }
+        }
+        "moka-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.moka.get(k).unwrap());
+            }
+        }
+        "hashmap-unsync" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.map.get(k).unwrap());
+            }
+        }
+        other => unreachable!("unknown subject {other}"),
+    }
+    sum
+}
+
+const SUBJECTS: [&str; 6] = [
+    "runcache-pinned",
+    "runcache-arc",
+    "papaya-pinned",
+    "quick_cache-arc",
+    "moka-arc",
+    "hashmap-unsync",
+];
+
+fn hits(c: &mut Criterion) {
+    let subjects = Subjects::new();
+    let keys = order(7);
+
+    let mut one = c.benchmark_group("hit/1-thread");
+    one.throughput(Throughput::Elements(BATCH as u64));
+    for subject in SUBJECTS {
+        one.bench_function(BenchmarkId::from_parameter(subject), |b| {
+            let mut at = 0;
+            b.iter(|| {
+                at += BATCH;
+                black_box(batch(&subjects, subject, &keys, at))
+            })
+        });
+    }
+    one.finish();
+
+    // The unsynchronized map cannot be shared for writes, but reads from two threads are fine.
+    let mut two = c.benchmark_group("hit/2-threads");
+    two.throughput(Throughput::Elements(2 * BATCH as u64));
+    let orders = [order(7), order(11)];
+    for subject in SUBJECTS {
+        two.bench_function(BenchmarkId::from_parameter(subject), |b| {
+            b.iter_custom(|iters| {
+                on_threads(2, iters, |t, i| {
+                    black_box(batch(&subjects, subject, &orders[t], i as usize * BATCH));
+                })
+            })
+        });
+    }
+    two.finish();
+}
+
+/// Runs `iters` iterations of `work` on each of `threads` threads, started together; returns
+/// the wall time until the last one finished.
+fn on_threads(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, work) = (&start, &work);
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..iters {
+                        work(t, i);
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().unwrap();
+        }
+        t0.elapsed()
+    })
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = hits
+}
+criterion_main!(benches);
