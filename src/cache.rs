@@ -1,7 +1,7 @@
 //! The safe facade: [`Cache`], its builder, and the pinned read handle.
 
 use crate::error::{ConfigError, InsertError};
-use crate::raw::{counter::Counter, Pin, RawCache, Served, Weigher};
+use crate::raw::{counter::Counter, Listener, Pin, RawCache, Served, Weigher};
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::fmt;
@@ -46,6 +46,20 @@ pub struct Fetched<V> {
     pub value: Arc<V>,
     /// Where it came from.
     pub source: Source,
+}
+
+/// Why a value left the cache, as told to an [`on_evict`](CacheBuilder::on_evict) listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RemovalCause {
+    /// Removed to honour the capacity (a shrink by `set_capacity`).
+    Capacity,
+    /// Removed by [`Cache::remove`].
+    Removed,
+    /// Replaced by [`Cache::insert`] of the same key.
+    Replaced,
+    /// Removed by [`Cache::clear`].
+    Cleared,
 }
 
 /// Counters of a cache's activity; exact once no operation is in flight.
@@ -103,6 +117,7 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     shards: Option<usize>,
     hasher: S,
     weigher: Option<Weigher<K, V>>,
+    listener: Option<Listener<K, V>>,
     _types: PhantomData<fn(K, V)>,
 }
 
@@ -124,6 +139,20 @@ impl<K, V, S> CacheBuilder<K, V, S> {
         self
     }
 
+    /// A listener told about every value that leaves the cache, with the reason.
+    ///
+    /// It runs on the thread whose operation removed the value, after the cache is consistent
+    /// again and holding nothing that another thread waits for; the value itself stays alive
+    /// while anyone holds its `Arc`. If it panics, the panic reaches that operation's caller
+    /// and the cache stays consistent (the entry is already gone).
+    pub fn on_evict(
+        mut self,
+        listener: impl Fn(&K, &Arc<V>, RemovalCause) + Send + Sync + 'static,
+    ) -> Self {
+        self.listener = Some(Box::new(listener));
+        self
+    }
+
     /// The number of shards: a power of two (checked by [`build`](Self::build)). Default: the
     /// next power of two of four times [`std::thread::available_parallelism`].
     pub fn shards(mut self, shards: usize) -> Self {
@@ -138,6 +167,7 @@ impl<K, V, S> CacheBuilder<K, V, S> {
             shards: self.shards,
             hasher,
             weigher: self.weigher,
+            listener: self.listener,
             _types: PhantomData,
         }
     }
@@ -161,7 +191,13 @@ where
             None => default_shards(),
         };
         Ok(Cache {
-            raw: RawCache::new(shards, self.capacity, self.hasher, self.weigher),
+            raw: RawCache::new(
+                shards,
+                self.capacity,
+                self.hasher,
+                self.weigher,
+                self.listener,
+            ),
         })
     }
 }
@@ -188,6 +224,7 @@ where
             shards: None,
             hasher: DefaultHashBuilder::default(),
             weigher: None,
+            listener: None,
             _types: PhantomData,
         }
     }
@@ -199,6 +236,7 @@ where
                 default_shards(),
                 capacity,
                 DefaultHashBuilder::default(),
+                None,
                 None,
             ),
         }
@@ -395,6 +433,13 @@ where
     /// that every `get_or_*` call builds and returns its value uncached.
     pub fn set_capacity(&self, capacity: u64) {
         self.raw.set_capacity(capacity);
+    }
+
+    /// Like [`set_capacity`](Self::set_capacity), but a shrink removes the entries with the
+    /// lowest `rank` first (a last-use stamp gives least-recently-used order, say). `rank` is
+    /// called once per cached entry, only when entries must go.
+    pub fn set_capacity_by<R: Ord>(&self, capacity: u64, rank: impl FnMut(&K, &V) -> R) {
+        self.raw.set_capacity_ranked(capacity, rank);
     }
 
     /// The activity counters.

@@ -112,7 +112,8 @@ mod raw;
 mod sync;
 
 pub use cache::{
-    Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, Source, Stats, MAX_SHARDS,
+    Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, RemovalCause, Source, Stats,
+    MAX_SHARDS,
 };
 pub use error::{ConfigError, InsertError};
 

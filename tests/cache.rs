@@ -426,3 +426,57 @@ fn a_value_read_on_another_thread_drops_once_when_the_cache_drops() {
     drop(c);
     assert_eq!(d.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn the_listener_hears_every_cause_once() {
+    use runcache::RemovalCause;
+    use std::sync::Mutex;
+    let heard: Arc<Mutex<Vec<(u32, u32, RemovalCause)>>> = Arc::default();
+    let log = heard.clone();
+    let c = Cache::<u32, u32>::builder()
+        .capacity(10)
+        .on_evict(move |k, v, cause| log.lock().unwrap().push((*k, **v, cause)))
+        .build()
+        .unwrap();
+    for i in 0..6 {
+        c.insert(i, i * 10).unwrap();
+    }
+    c.insert(0, 1).unwrap();
+    c.remove(&1);
+    c.remove(&1); // nothing left to remove: no event
+    c.set_capacity(3);
+    c.clear();
+    let mut heard = heard.lock().unwrap().clone();
+    assert_eq!(heard[0], (0, 0, RemovalCause::Replaced));
+    assert_eq!(heard[1], (1, 10, RemovalCause::Removed));
+    let capacity = heard
+        .iter()
+        .filter(|e| e.2 == RemovalCause::Capacity)
+        .count();
+    let cleared = heard
+        .iter()
+        .filter(|e| e.2 == RemovalCause::Cleared)
+        .count();
+    assert_eq!((capacity, cleared), (2, 3));
+    // Every key that was cached left exactly once after its last insert.
+    heard.retain(|e| e.2 != RemovalCause::Replaced);
+    let mut keys: Vec<u32> = heard.iter().map(|e| e.0).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, vec![0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_ranked_shrink_removes_the_lowest_ranks_first() {
+    with_caches::<u32, u32>(100, |c| {
+        for i in 0..20 {
+            c.insert(i, 100 - i).unwrap(); // value = rank: key 19 has the lowest
+        }
+        c.set_capacity_by(5, |_, v| *v);
+        let mut kept: Vec<u32> = (0..20).filter(|k| c.contains_key(k)).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![0, 1, 2, 3, 4]);
+        assert_eq!(c.stats().evictions, 15);
+        c.set_capacity_by(0, |_, v| *v);
+        assert!(c.is_empty());
+    });
+}

@@ -44,6 +44,7 @@ pub(crate) mod list;
 pub(crate) mod slot;
 
 use crate::sync::Ordering;
+use crate::RemovalCause;
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::{Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
@@ -57,6 +58,9 @@ use std::sync::Arc;
 
 /// Computes an entry's weight.
 pub(crate) type Weigher<K, V> = Box<dyn Fn(&K, &V) -> u64 + Send + Sync>;
+
+/// Hears about every value that leaves the cache.
+pub(crate) type Listener<K, V> = Box<dyn Fn(&K, &Arc<V>, crate::RemovalCause) + Send + Sync>;
 
 /// How a `get_or_build` call was served.
 pub(crate) enum Served<V, E> {
@@ -91,6 +95,7 @@ pub(crate) struct RawCache<K, V, S> {
     shift: u32,
     hasher: S,
     weigher: Option<Weigher<K, V>>,
+    listener: Option<Listener<K, V>>,
     budget: Budget,
     // Declared last: dropped after the shards, so this thread's handle goes last (I7).
     domain: Domain,
@@ -107,6 +112,7 @@ where
         capacity: u64,
         hasher: S,
         weigher: Option<Weigher<K, V>>,
+        listener: Option<Listener<K, V>>,
     ) -> Self {
         debug_assert!(shards.is_power_of_two());
         let shift = if shards == 1 {
@@ -121,6 +127,7 @@ where
             shift,
             hasher,
             weigher,
+            listener,
             budget: Budget::new(capacity),
             domain: Domain::new(),
         }
@@ -434,6 +441,7 @@ where
                             // SAFETY: our CAS took the old box out of the cell; `shared` of its
                             // weight now belongs to the new box (I5, I6).
                             let old = unsafe { self.retire_value(old, shared, &pin.guard) };
+                            self.notify(node.key(), &old, RemovalCause::Replaced);
                             return Ok(Some(old));
                         }
                         Err(e) => {
@@ -495,8 +503,22 @@ where
         value
     }
 
+    /// Tells the listener, if any, that `value` left the cache. It runs after the cache is
+    /// consistent again, holding nothing another thread waits for.
+    fn notify(&self, key: &K, value: &Arc<V>, cause: RemovalCause) {
+        if let Some(listener) = &self.listener {
+            listener(key, value, cause);
+        }
+    }
+
     /// Removes a live node's value; `None` if someone else removed or replaced it first.
-    fn take(&self, node: &Node<K, V>, shard: &Shard<K, V>, guard: &Guard) -> Option<Arc<V>> {
+    fn take(
+        &self,
+        node: &Node<K, V>,
+        shard: &Shard<K, V>,
+        guard: &Guard,
+        cause: RemovalCause,
+    ) -> Option<Arc<V>> {
         // AcqRel: Acquire makes the box's contents ours; Release orders our null after them.
         let old = node.value.swap(Shared::null(), Ordering::AcqRel, guard);
         if old.is_null() {
@@ -507,6 +529,7 @@ where
         // SAFETY: our swap took the box out of the cell.
         let value = unsafe { self.retire_value(old, 0, guard) };
         shard.delete(node, guard);
+        self.notify(node.key(), &value, cause);
         Some(value)
     }
 
@@ -524,7 +547,7 @@ where
             |k| k.borrow() == key,
             &pin.guard,
         )?;
-        let removed = self.take(node, shard, &pin.guard);
+        let removed = self.take(node, shard, &pin.guard, RemovalCause::Removed);
         if removed.is_some() {
             pin.stats.bump(Counter::Removal);
         }
@@ -533,11 +556,11 @@ where
 
     /// Removes every cached entry; returns how many this call removed.
     pub(crate) fn clear(&self) -> usize {
-        self.remove_while(|| true)
+        self.remove_while(RemovalCause::Cleared, || true)
     }
 
     /// Removes cached entries, in list order, while `more()` says so.
-    fn remove_while(&self, mut more: impl FnMut() -> bool) -> usize {
+    fn remove_while(&self, cause: RemovalCause, mut more: impl FnMut() -> bool) -> usize {
         let pin = self.pin();
         let mut removed = 0;
         for shard in self.shards.iter() {
@@ -545,7 +568,7 @@ where
             shard.for_each(&pin.guard, |node| {
                 go = more();
                 if go {
-                    removed += usize::from(self.take(node, shard, &pin.guard).is_some());
+                    removed += usize::from(self.take(node, shard, &pin.guard, cause).is_some());
                 }
                 go
             });
@@ -557,16 +580,55 @@ where
     }
 
     pub(crate) fn set_capacity(&self, capacity: u64) {
+        self.shrink(capacity, |target| {
+            self.remove_while(RemovalCause::Capacity, || self.budget.size() > target)
+        });
+    }
+
+    /// Changes the capacity; a shrink removes cached entries in ascending `rank` order.
+    pub(crate) fn set_capacity_ranked<R: Ord>(
+        &self,
+        capacity: u64,
+        mut rank: impl FnMut(&K, &V) -> R,
+    ) {
+        self.shrink(capacity, |target| {
+            let pin = self.pin();
+            let mut ranked = Vec::new();
+            for shard in self.shards.iter() {
+                shard.for_each(&pin.guard, |node| {
+                    if let View::Ready(p) = node.view(&pin.guard) {
+                        ranked.push((rank(node.key(), p.value()), node, &**shard));
+                    }
+                    true
+                });
+            }
+            ranked.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut removed = 0;
+            for (_, node, shard) in ranked {
+                if self.budget.size() <= target {
+                    break;
+                }
+                let taken = self.take(node, shard, &pin.guard, RemovalCause::Capacity);
+                removed += usize::from(taken.is_some());
+            }
+            removed
+        });
+    }
+
+    /// The shared part of a capacity change; `evict(target)` removes entries and says how
+    /// many.
+    fn shrink(&self, capacity: u64, mut evict: impl FnMut(u64) -> usize) {
         let stats = self.pin().stats;
         self.budget.set_capacity(capacity, || {
-            let n = self.remove_while(|| self.budget.size() > capacity);
+            let n = evict(capacity);
             stats.add(Counter::Eviction, n as u64);
             n > 0
         });
         if capacity == 0 {
             // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
             // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
-            stats.add(Counter::Eviction, self.clear() as u64);
+            let n = self.remove_while(RemovalCause::Capacity, || true);
+            stats.add(Counter::Eviction, n as u64);
         }
     }
 
