@@ -77,3 +77,59 @@ impl<K, V> fmt::Display for InsertError<K, V> {
 }
 
 impl<K, V> std::error::Error for InsertError<K, V> {}
+
+/// A constant buffer that could not be allocated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// The size and alignment do not form a valid layout (the alignment is not a power of two,
+    /// or the size overflows when rounded up to it).
+    InvalidLayout {
+        /// The size asked for, in bytes.
+        size: usize,
+        /// The alignment asked for, in bytes.
+        align: usize,
+    },
+    /// The device has no memory left for the request.
+    OutOfMemory {
+        /// The device asked.
+        device: crate::DeviceKind,
+        /// The size asked for, in bytes.
+        size: usize,
+        /// The alignment asked for, in bytes.
+        align: usize,
+    },
+    /// The allocator returned memory that is not aligned as asked (a broken allocator).
+    Misaligned {
+        /// The device asked.
+        device: crate::DeviceKind,
+        /// The alignment asked for, in bytes.
+        align: usize,
+    },
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::InvalidLayout { size, align } => write!(
+                f,
+                "invalid buffer layout: size {size} with alignment {align} (the alignment must \
+                 be a power of two and the rounded size must fit in usize)"
+            ),
+            AllocError::OutOfMemory {
+                device,
+                size,
+                align,
+            } => write!(
+                f,
+                "out of {device} memory allocating {size} bytes aligned to {align}"
+            ),
+            AllocError::Misaligned { device, align } => write!(
+                f,
+                "the {device} allocator returned memory not aligned to {align} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}

@@ -93,7 +93,13 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | (none yet) | | the core cache is always built |
+//! | (none yet) | | the core cache and the constant tensor caches are always built |
+//!
+//! # Layers
+//!
+//! - [`constant`]: per-device constant tensor caches with byte budgets in MiB, environment
+//!   configuration (`RUNCACHE_CONSTANT_CACHE_CAPACITY`), and reference-counted
+//!   [`ConstantBuffer`]s made through a [`BufferAllocator`].
 //!
 //! # Performance
 //!
@@ -107,6 +113,7 @@
 #![warn(missing_docs)]
 
 mod cache;
+pub mod constant;
 mod error;
 mod raw;
 mod sync;
@@ -115,7 +122,9 @@ pub use cache::{
     Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, RemovalCause, Source, Stats,
     MAX_SHARDS,
 };
-pub use error::{ConfigError, InsertError};
+pub use constant::ConstantBuffer;
+pub use error::{AllocError, ConfigError, InsertError};
+pub use raw::alloc::{BufferAllocator, DeviceKind, HostAllocator};
 
 /// Ends the calling modelled thread's registrations with every cache, exactly as thread-local
 /// destruction does when a real thread exits.

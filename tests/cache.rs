@@ -480,3 +480,23 @@ fn a_ranked_shrink_removes_the_lowest_ranks_first() {
         assert!(c.is_empty());
     });
 }
+
+#[test]
+fn a_removed_value_is_destroyed_soon_after_its_last_holder_lets_go() {
+    // Removal flushes the thread's epoch bag, so a quiet thread does not keep garbage.
+    let d = drops();
+    let c = Cache::<u32, Tracked>::new(10);
+    c.insert(1, Tracked::new(1, &d)).unwrap();
+    drop(c.remove(&1));
+    let mut pins = 0;
+    while d.load(Ordering::SeqCst) == 0 && pins < 10_000 {
+        c.get(&2); // each lookup pins and unpins, which lets the epoch advance
+        pins += 1;
+    }
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        1,
+        "not reclaimed after {pins} pins"
+    );
+    assert!(pins < 10_000);
+}

@@ -38,6 +38,7 @@
 //!   when the collector's last handle drops; the live contents are dropped by the cache's own
 //!   `Drop`, once, when the cache drops.
 
+pub(crate) mod alloc;
 pub(crate) mod counter;
 pub(crate) mod epoch;
 pub(crate) mod list;
@@ -442,6 +443,8 @@ where
                             // weight now belongs to the new box (I5, I6).
                             let old = unsafe { self.retire_value(old, shared, &pin.guard) };
                             self.notify(node.key(), &old, RemovalCause::Replaced);
+                            // Push the retired box towards reclamation now (see `take`).
+                            pin.guard.flush();
                             return Ok(Some(old));
                         }
                         Err(e) => {
@@ -512,6 +515,11 @@ where
     }
 
     /// Removes a live node's value; `None` if someone else removed or replaced it first.
+    ///
+    /// The value's box goes to this thread's epoch bag. A bag reaches the collector only when
+    /// it fills or is flushed, so every public operation that retires values flushes once at
+    /// its end: otherwise a removed value (a GPU buffer, say) could outlive its last holder
+    /// indefinitely on a quiet thread.
     fn take(
         &self,
         node: &Node<K, V>,
@@ -550,6 +558,7 @@ where
         let removed = self.take(node, shard, &pin.guard, RemovalCause::Removed);
         if removed.is_some() {
             pin.stats.bump(Counter::Removal);
+            pin.guard.flush();
         }
         removed
     }
@@ -575,6 +584,9 @@ where
             if !go {
                 break;
             }
+        }
+        if removed > 0 {
+            pin.guard.flush();
         }
         removed
     }
@@ -610,6 +622,9 @@ where
                 }
                 let taken = self.take(node, shard, &pin.guard, RemovalCause::Capacity);
                 removed += usize::from(taken.is_some());
+            }
+            if removed > 0 {
+                pin.guard.flush();
             }
             removed
         });

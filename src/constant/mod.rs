@@ -1,0 +1,404 @@
+//! Constant tensor caches: one per device kind, with byte budgets, environment configuration
+//! and reference-counted buffers.
+//!
+//! Inference runtimes compute processed constant tensors — reordered weights, folded scales —
+//! in the first iteration and reuse them in every later one, from many threads at once. This
+//! is oneDNN Graph's constant tensor cache (its capacity-control RFC), done with runcache's
+//! core:
+//!
+//! - [`ConstantCache::get_or_add`] has promise semantics: the first caller builds the buffer,
+//!   concurrent callers for the same key wait and receive the same buffer, and a buffer that
+//!   does not fit is still returned to its caller, uncached. [`Added::source`] says which.
+//! - The budget is in bytes, exact at every instant; when full, new buffers are rejected (no
+//!   eviction at insert). Shrinking the capacity removes least-recently-used buffers until the
+//!   rest fits; growing it keeps everything; 0 clears and disables.
+//! - [`ConstantCache::size`] never blocks on a pending build, and
+//!   [`ConstantCache::pinned_bytes`] reports buffers that left the cache (or never entered it)
+//!   but that callers still hold, so `size() + pinned_bytes()` is the real footprint.
+//!
+//! # Process-wide caches
+//!
+//! [`cache`] returns the process-wide cache of a device kind. Their capacities start at 0
+//! (off), or at the values of the `RUNCACHE_CONSTANT_CACHE_CAPACITY` environment variable
+//! (`cpu:10240;gpu:2048`, MiB), read once on first use. [`set_capacity_mb`] and
+//! [`set_enabled`] override it. A bad value is reported once through the `log` crate, kept in
+//! [`env_report`], and leaves only the bad field's kind at its default.
+//!
+//! ```
+//! use runcache::constant::{ConstantCache, ConstantKey};
+//! use runcache::{ConstantBuffer, DeviceKind, Source};
+//!
+//! let weights = ConstantCache::new(DeviceKind::Cpu);
+//! weights.set_capacity_mb(64);
+//! let key = ConstantKey::new(1, 0xC0FFEE); // (backend id, the backend's own key)
+//! let added = weights
+//!     .get_or_add(key, 4096, || {
+//!         let mut buffer = ConstantBuffer::host(4096)?;
+//!         buffer.as_mut_slice().unwrap().fill(7); // reorder the weights here
+//!         Ok::<_, runcache::AllocError>(buffer)
+//!     })
+//!     .unwrap();
+//! assert_eq!(added.source, Source::Cached);
+//! assert_eq!(weights.size(), 4096);
+//! ```
+
+mod buffer;
+mod config;
+
+pub use buffer::ConstantBuffer;
+pub use config::{
+    parse_capacity_config, CapacityConfig, CapacityParseError, CapacityParseErrorKind,
+    ParsedCapacity, MAX_CAPACITY_MB,
+};
+
+use crate::{Cache, DeviceKind, Source, Stats};
+use buffer::Ledger;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The environment variable read by the process-wide caches.
+pub const ENV_VAR: &str = "RUNCACHE_CONSTANT_CACHE_CAPACITY";
+
+const MIB: u64 = 1 << 20;
+
+/// A constant's key: the backend's id and the backend's own key, both kept whole.
+///
+/// (oneDNN packs them into one `size_t` by shifting the backend key left by 4, losing its top
+/// bits; two keys that differ only there collide. Here they cannot.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConstantKey {
+    /// Which backend made the constant.
+    pub backend: u64,
+    /// The backend's own key for it.
+    pub key: u64,
+}
+
+impl ConstantKey {
+    /// A key from a backend id and the backend's own key.
+    pub const fn new(backend: u64, key: u64) -> Self {
+        Self { backend, key }
+    }
+}
+
+/// Why [`ConstantCache::get_or_add`] returned no buffer. Shared (in an `Arc`) by the caller
+/// that built and every caller that waited on that attempt; nothing is cached.
+#[non_exhaustive]
+pub enum AddError<E> {
+    /// The builder failed.
+    Build(E),
+    /// The built buffer's size differs from the size the caller declared.
+    SizeMismatch {
+        /// The size passed to `get_or_add`.
+        declared: usize,
+        /// The buffer that was built, handed back.
+        buffer: Arc<ConstantBuffer>,
+    },
+    /// The built buffer belongs to another device than the cache.
+    WrongDevice {
+        /// The cache's device.
+        expected: DeviceKind,
+        /// The buffer that was built, handed back.
+        buffer: Arc<ConstantBuffer>,
+    },
+}
+
+impl<E: fmt::Display> fmt::Display for AddError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddError::Build(e) => write!(f, "building the constant buffer failed: {e}"),
+            AddError::SizeMismatch { declared, buffer } => write!(
+                f,
+                "the built constant buffer has {} bytes but {declared} were declared",
+                buffer.size()
+            ),
+            AddError::WrongDevice { expected, buffer } => write!(
+                f,
+                "the built constant buffer is {} memory but the cache is for {expected}",
+                buffer.device()
+            ),
+        }
+    }
+}
+
+impl<E: fmt::Debug> fmt::Debug for AddError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddError::Build(e) => f.debug_tuple("Build").field(e).finish(),
+            AddError::SizeMismatch { declared, buffer } => f
+                .debug_struct("SizeMismatch")
+                .field("declared", declared)
+                .field("actual", &buffer.size())
+                .finish(),
+            AddError::WrongDevice { expected, buffer } => f
+                .debug_struct("WrongDevice")
+                .field("expected", expected)
+                .field("actual", &buffer.device())
+                .finish(),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for AddError<E> {}
+
+/// A buffer from [`ConstantCache::get_or_add`] and where it came from.
+#[derive(Debug)]
+pub struct Added {
+    /// The buffer; it stays alive while held, even after it leaves the cache.
+    pub buffer: Arc<ConstantBuffer>,
+    /// [`Source::Hit`] (cached), [`Source::Shared`] (built by a concurrent caller),
+    /// [`Source::Cached`] (built by this call and cached) or [`Source::Uncached`] (built by
+    /// this call but it did not fit).
+    pub source: Source,
+}
+
+/// A cache of constant buffers for one device kind, with a byte budget.
+pub struct ConstantCache {
+    device: DeviceKind,
+    cache: Cache<ConstantKey, ConstantBuffer>,
+    /// Recency clock: advanced by every build; hits stamp their buffer with it.
+    clock: AtomicU64,
+    ledger: Arc<Ledger>,
+}
+
+impl ConstantCache {
+    /// A cache for `device` with capacity 0: off until a capacity is set.
+    pub fn new(device: DeviceKind) -> Self {
+        Self::with_capacity_bytes(device, 0)
+    }
+
+    /// A cache for `device` holding at most `bytes` bytes.
+    pub fn with_capacity_bytes(device: DeviceKind, bytes: u64) -> Self {
+        let cache = Cache::builder()
+            .capacity(bytes)
+            .weigher(|_, b: &ConstantBuffer| b.size() as u64)
+            .on_evict(|_, b, _| b.mark_outside())
+            .build()
+            .expect("the default shard count is always valid");
+        Self {
+            device,
+            cache,
+            clock: AtomicU64::new(1),
+            ledger: Arc::default(),
+        }
+    }
+
+    /// The device kind of this cache.
+    pub fn device(&self) -> DeviceKind {
+        self.device
+    }
+
+    /// The buffer for `key`, built by `build` if missing; `size_bytes` is the size the buffer
+    /// will have. Single-flight: concurrent callers for one key share one build. A buffer that
+    /// does not fit is returned to its caller (and to those waiting on it) but not cached.
+    ///
+    /// # Errors
+    /// [`AddError`], shared by this caller and everyone who waited on the same attempt: the
+    /// builder's error, or a built buffer of another size or device (handed back inside the
+    /// error). Nothing is cached; the next call builds again.
+    pub fn get_or_add<E>(
+        &self,
+        key: ConstantKey,
+        size_bytes: usize,
+        build: impl FnOnce() -> Result<ConstantBuffer, E>,
+    ) -> Result<Added, Arc<AddError<E>>>
+    where
+        E: Send + Sync + 'static,
+    {
+        let device = self.device;
+        let fetched = self.cache.get_or_build(key, |_| {
+            // Relaxed: a recency clock; nothing is published through it.
+            let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+            let buffer = build().map_err(AddError::Build)?;
+            buffer.attach(&self.ledger, now);
+            if buffer.size() != size_bytes {
+                let buffer = Arc::new(buffer);
+                buffer.mark_outside();
+                return Err(AddError::SizeMismatch {
+                    declared: size_bytes,
+                    buffer,
+                });
+            }
+            if buffer.device() != device {
+                let buffer = Arc::new(buffer);
+                buffer.mark_outside();
+                return Err(AddError::WrongDevice {
+                    expected: device,
+                    buffer,
+                });
+            }
+            Ok(buffer)
+        })?;
+        match fetched.source {
+            Source::Uncached => {
+                fetched.value.mark_outside();
+                // Relaxed: a byte statistic.
+                self.ledger
+                    .rejected
+                    .fetch_add(fetched.value.size() as u64, Ordering::Relaxed);
+            }
+            Source::Cached => {}
+            _ => fetched.value.touch(self.clock.load(Ordering::Relaxed)),
+        }
+        Ok(Added {
+            buffer: fetched.value,
+            source: fetched.source,
+        })
+    }
+
+    /// The cached buffer for `key`, if any.
+    pub fn get(&self, key: ConstantKey) -> Option<Arc<ConstantBuffer>> {
+        let buffer = self.cache.get(&key)?;
+        // Relaxed: see `get_or_add`.
+        buffer.touch(self.clock.load(Ordering::Relaxed));
+        Some(buffer)
+    }
+
+    /// Removes the buffer for `key` if it is cached; returns whether it was. Callers that
+    /// hold the buffer keep it (it then counts in [`pinned_bytes`](Self::pinned_bytes)).
+    pub fn remove_if_exist(&self, key: ConstantKey) -> bool {
+        self.cache.remove(&key).is_some()
+    }
+
+    /// Removes every cached buffer.
+    pub fn clear(&self) {
+        self.cache.clear();
+    }
+
+    /// Bytes of cached buffers. Never blocks, not even while a build is in flight.
+    pub fn size(&self) -> u64 {
+        self.cache.weighted_size()
+    }
+
+    /// The capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.cache.capacity()
+    }
+
+    /// The capacity in MiB (rounded down).
+    pub fn capacity_mb(&self) -> u64 {
+        self.capacity() / MIB
+    }
+
+    /// Sets the capacity in bytes: a larger one keeps every buffer, a smaller one removes the
+    /// least recently used until the rest fits, 0 clears the cache and turns it off.
+    pub fn set_capacity_bytes(&self, bytes: u64) {
+        self.cache.set_capacity_by(bytes, |_, b| b.last_used());
+    }
+
+    /// Sets the capacity in MiB (saturating at `u64::MAX` bytes); see
+    /// [`set_capacity_bytes`](Self::set_capacity_bytes).
+    pub fn set_capacity_mb(&self, mb: u64) {
+        self.set_capacity_bytes(mb.saturating_mul(MIB));
+    }
+
+    /// Bytes of buffers that are not in the cache — evicted, removed, or built but not cached
+    /// — and still alive because callers hold them.
+    pub fn pinned_bytes(&self) -> u64 {
+        // Relaxed: a byte statistic.
+        self.ledger.pinned.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of buffers built by this cache's callers that did not fit, since creation.
+    pub fn rejected_bytes(&self) -> u64 {
+        // Relaxed: a byte statistic.
+        self.ledger.rejected.load(Ordering::Relaxed)
+    }
+
+    /// The number of cached buffers.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Whether no buffer is cached.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// The activity counters of the underlying cache.
+    pub fn stats(&self) -> Stats {
+        self.cache.stats()
+    }
+}
+
+impl fmt::Debug for ConstantCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConstantCache")
+            .field("device", &self.device)
+            .field("size", &self.size())
+            .field("capacity", &self.capacity())
+            .field("pinned_bytes", &self.pinned_bytes())
+            .finish()
+    }
+}
+
+/// What the process-wide caches found in the environment on first use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EnvReport {
+    /// The variable's value, if it was set (lossily decoded if it was not UTF-8).
+    pub value: Option<String>,
+    /// What was applied and what was wrong (empty when the variable was unset).
+    pub parsed: ParsedCapacity,
+}
+
+struct Global {
+    caches: [ConstantCache; 2],
+    env: EnvReport,
+}
+
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+fn global() -> &'static Global {
+    GLOBAL.get_or_init(|| {
+        let value = std::env::var_os(ENV_VAR).map(|v| v.to_string_lossy().into_owned());
+        let parsed = value
+            .as_deref()
+            .map(parse_capacity_config)
+            .unwrap_or_default();
+        for e in &parsed.errors {
+            log::warn!("{ENV_VAR}: {e}; that device kind keeps its default capacity (0)");
+        }
+        let make = |kind: DeviceKind| {
+            let mb = parsed.config.get(kind).unwrap_or(0);
+            ConstantCache::with_capacity_bytes(kind, mb.saturating_mul(MIB))
+        };
+        Global {
+            caches: [make(DeviceKind::Cpu), make(DeviceKind::Gpu)],
+            env: EnvReport { value, parsed },
+        }
+    })
+}
+
+/// The process-wide constant cache of `kind`.
+pub fn cache(kind: DeviceKind) -> &'static ConstantCache {
+    &global().caches[kind.index()]
+}
+
+/// What the process-wide caches read from `RUNCACHE_CONSTANT_CACHE_CAPACITY`, errors included.
+pub fn env_report() -> &'static EnvReport {
+    &global().env
+}
+
+/// Sets the capacity of the process-wide cache of `kind`, in MiB (overrides the environment).
+pub fn set_capacity_mb(kind: DeviceKind, mb: u64) {
+    cache(kind).set_capacity_mb(mb);
+}
+
+/// The capacity of the process-wide cache of `kind`, in MiB.
+pub fn capacity_mb(kind: DeviceKind) -> u64 {
+    cache(kind).capacity_mb()
+}
+
+/// The legacy switch: `true` sets every process-wide cache to unlimited capacity, `false`
+/// to 0 (clear and off).
+pub fn set_enabled(enabled: bool) {
+    for kind in DeviceKind::ALL {
+        cache(kind).set_capacity_bytes(if enabled { u64::MAX } else { 0 });
+    }
+}
+
+/// Whether any process-wide cache has a capacity above 0.
+pub fn is_enabled() -> bool {
+    DeviceKind::ALL.iter().any(|k| cache(*k).capacity() > 0)
+}

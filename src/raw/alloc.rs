@@ -1,0 +1,210 @@
+//! Raw buffer allocations for the constant tensor caches: the allocator trait (the seed's
+//! malloc/free pair, in Rust), the host allocator, and [`Allocation`], which frees itself
+//! through the allocator that made it.
+
+use crate::error::AllocError;
+use std::alloc::Layout;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// Where a buffer's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    /// Host memory.
+    Cpu,
+    /// Device memory of a GPU.
+    Gpu,
+}
+
+impl DeviceKind {
+    /// Every device kind, in a fixed order.
+    pub const ALL: [DeviceKind; 2] = [DeviceKind::Cpu, DeviceKind::Gpu];
+
+    /// The lowercase name used in configuration strings (`cpu`, `gpu`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        match self {
+            DeviceKind::Cpu => 0,
+            DeviceKind::Gpu => 1,
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Makes and frees the memory of constant buffers: the seed's `malloc_func_t`/`free_func_t`
+/// pair, as a trait.
+///
+/// # Safety
+/// Implementations must return from `allocate` either an error or a pointer to `size` bytes
+/// aligned to `align` that stay valid until `deallocate` is called with the same pointer,
+/// size and alignment; and if `host_accessible` returns `true`, those bytes must be readable
+/// and writable by the host.
+pub unsafe trait BufferAllocator: Send + Sync + fmt::Debug {
+    /// The device whose memory this allocator hands out.
+    fn device(&self) -> DeviceKind;
+
+    /// Whether the host may read and write the memory through the returned pointer.
+    fn host_accessible(&self) -> bool;
+
+    /// Allocates `size` bytes aligned to `align` (a power of two).
+    ///
+    /// # Errors
+    /// [`AllocError`] when the memory cannot be had; nothing is allocated then.
+    fn allocate(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError>;
+
+    /// Frees memory from [`allocate`](Self::allocate).
+    ///
+    /// # Safety
+    /// - `ptr` came from `self.allocate(size, align)` and has not been freed.
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize);
+}
+
+/// Host memory from the global allocator, aligned to at least [`HostAllocator::ALIGN`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostAllocator;
+
+impl HostAllocator {
+    /// The default alignment of host constant buffers: one cache line, enough for AVX-512.
+    pub const ALIGN: usize = 64;
+}
+
+// SAFETY: memory comes from the global allocator with a valid layout, is freed with the same
+// layout, and is ordinary host memory. Zero-sized buffers get a dangling aligned pointer that
+// is never freed.
+unsafe impl BufferAllocator for HostAllocator {
+    fn device(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+
+    fn host_accessible(&self) -> bool {
+        true
+    }
+
+    fn allocate(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+        let layout = Layout::from_size_align(size, align)
+            .map_err(|_| AllocError::InvalidLayout { size, align })?;
+        if size == 0 {
+            // A dangling pointer at the alignment: valid for zero bytes, never freed.
+            return NonNull::new(align as *mut u8).ok_or(AllocError::InvalidLayout { size, align });
+        }
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc(layout) };
+        NonNull::new(p).ok_or(AllocError::OutOfMemory {
+            device: DeviceKind::Cpu,
+            size,
+            align,
+        })
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize) {
+        if size == 0 {
+            return;
+        }
+        // SAFETY: the caller passes what `allocate` returned, with the same size and
+        // alignment, which formed a valid layout there.
+        unsafe {
+            std::alloc::dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(size, align))
+        };
+    }
+}
+
+/// Memory owned through the allocator that made it; freed on drop.
+pub(crate) struct Allocation {
+    ptr: NonNull<u8>,
+    size: usize,
+    align: usize,
+    allocator: Arc<dyn BufferAllocator>,
+}
+
+// SAFETY: an allocation is plain memory owned by this value; the allocator is `Send + Sync`.
+unsafe impl Send for Allocation {}
+// SAFETY: shared access only reads through `as_slice` (host memory) or hands out the pointer.
+unsafe impl Sync for Allocation {}
+
+impl Allocation {
+    pub(crate) fn new(
+        allocator: Arc<dyn BufferAllocator>,
+        size: usize,
+        align: usize,
+    ) -> Result<Self, AllocError> {
+        if !align.is_power_of_two() {
+            return Err(AllocError::InvalidLayout { size, align });
+        }
+        let ptr = allocator.allocate(size, align)?;
+        if ptr.as_ptr() as usize % align != 0 {
+            // SAFETY: just allocated with these arguments.
+            unsafe { allocator.deallocate(ptr, size, align) };
+            return Err(AllocError::Misaligned {
+                device: allocator.device(),
+                align,
+            });
+        }
+        Ok(Self {
+            ptr,
+            size,
+            align,
+            allocator,
+        })
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    pub(crate) fn align(&self) -> usize {
+        self.align
+    }
+
+    pub(crate) fn device(&self) -> DeviceKind {
+        self.allocator.device()
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn as_slice(&self) -> Option<&[u8]> {
+        // SAFETY: host-accessible memory of `size` bytes owned by `self` (BufferAllocator's
+        // contract); shared borrows only read.
+        self.allocator
+            .host_accessible()
+            .then(|| unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.size) })
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        // SAFETY: as in `as_slice`; `&mut self` makes the borrow unique.
+        self.allocator
+            .host_accessible()
+            .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) })
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from this allocator with this size and alignment, and is freed
+        // only here.
+        unsafe { self.allocator.deallocate(self.ptr, self.size, self.align) };
+    }
+}
+
+impl fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Allocation")
+            .field("size", &self.size)
+            .field("align", &self.align)
+            .field("allocator", &self.allocator)
+            .finish()
+    }
+}

@@ -1,0 +1,338 @@
+//! The constant tensor caches: promise semantics, byte budgets, LRU shrinks, pinned bytes,
+//! allocators, and the capacity configuration parser.
+
+use proptest::prelude::*;
+use runcache::constant::{
+    parse_capacity_config, AddError, CapacityConfig, ConstantCache, ConstantKey, MAX_CAPACITY_MB,
+};
+use runcache::{AllocError, BufferAllocator, ConstantBuffer, DeviceKind, HostAllocator, Source};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+fn key(k: u64) -> ConstantKey {
+    ConstantKey::new(1, k)
+}
+
+fn filled(size: usize, byte: u8) -> Result<ConstantBuffer, AllocError> {
+    let mut b = ConstantBuffer::host(size)?;
+    b.as_mut_slice().expect("host memory").fill(byte);
+    Ok(b)
+}
+
+#[test]
+fn the_default_capacity_is_zero_and_builds_are_returned_uncached() {
+    let c = ConstantCache::new(DeviceKind::Cpu);
+    assert_eq!(c.capacity(), 0);
+    let a = c.get_or_add(key(1), 100, || filled(100, 1)).unwrap();
+    assert_eq!(a.source, Source::Uncached);
+    assert_eq!(a.buffer.as_slice().unwrap()[99], 1);
+    assert_eq!(
+        (c.size(), c.pinned_bytes(), c.rejected_bytes()),
+        (0, 100, 100)
+    );
+    drop(a);
+    assert_eq!(
+        c.pinned_bytes(),
+        0,
+        "an uncached buffer stops counting when dropped"
+    );
+}
+
+#[test]
+fn hit_cached_and_uncached_are_reported() {
+    let c = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1000);
+    assert_eq!(
+        c.get_or_add(key(1), 600, || filled(600, 1)).unwrap().source,
+        Source::Cached
+    );
+    assert_eq!(
+        c.get_or_add(key(1), 600, || filled(600, 9)).unwrap().source,
+        Source::Hit
+    );
+    let big = c.get_or_add(key(2), 600, || filled(600, 2)).unwrap();
+    assert_eq!(
+        big.source,
+        Source::Uncached,
+        "600 + 600 > 1000: rejected, not evicted"
+    );
+    assert_eq!(c.size(), 600);
+    assert!(c.get(key(1)).is_some() && c.get(key(2)).is_none());
+}
+
+#[test]
+fn concurrent_callers_share_one_build() {
+    let c = Arc::new(ConstantCache::with_capacity_bytes(DeviceKind::Cpu, MIB));
+    let builds = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (c, builds, barrier) = (c.clone(), builds.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                c.get_or_add(key(7), 4096, || {
+                    builds.fetch_add(1, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(30));
+                    filled(4096, 7)
+                })
+                .unwrap()
+                .buffer
+            })
+        })
+        .collect();
+    let buffers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(builds.load(Ordering::SeqCst), 1);
+    assert!(buffers.iter().all(|b| Arc::ptr_eq(b, &buffers[0])));
+    assert_eq!(c.size(), 4096);
+}
+
+#[test]
+fn mixed_sizes_at_the_capacity_edge_never_exceed_it() {
+    let cap = 64 * 1024;
+    let c = Arc::new(ConstantCache::with_capacity_bytes(DeviceKind::Cpu, cap));
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let c = c.clone();
+            thread::spawn(move || {
+                for i in 0..300u64 {
+                    let size = 1000 + ((t * 7919 + i * 104729) % 9000) as usize;
+                    let k = key(t * 1000 + i % 50);
+                    let _ = c.get_or_add(k, size, || filled(size, 0));
+                    assert!(c.size() <= c.capacity(), "{} > {}", c.size(), c.capacity());
+                    if i % 17 == 0 {
+                        c.remove_if_exist(k);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(c.size() <= cap);
+}
+
+#[test]
+fn shrinking_removes_least_recently_used_first_and_growing_keeps_all() {
+    let c = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 10 * 1000);
+    for k in 0..10 {
+        c.get_or_add(key(k), 1000, || filled(1000, k as u8))
+            .unwrap();
+    }
+    // Use 7, 8, 9 and then 0 again: the least recently used are now 1..=6.
+    for k in [7, 8, 9, 0] {
+        c.get(key(k)).unwrap();
+    }
+    c.set_capacity_bytes(20 * 1000);
+    assert_eq!(c.len(), 10, "growing keeps every entry");
+    c.set_capacity_bytes(4 * 1000);
+    let mut kept: Vec<u64> = (0..10).filter(|k| c.get(key(*k)).is_some()).collect();
+    kept.sort_unstable();
+    assert_eq!(kept, vec![0, 7, 8, 9]);
+    c.set_capacity_mb(0);
+    assert_eq!((c.len(), c.size()), (0, 0));
+}
+
+#[test]
+fn held_buffers_survive_removal_and_count_as_pinned() {
+    let c = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, MIB);
+    let held = c.get_or_add(key(1), 512, || filled(512, 5)).unwrap().buffer;
+    c.get_or_add(key(2), 256, || filled(256, 6)).unwrap();
+    assert!(c.remove_if_exist(key(1)));
+    assert!(!c.remove_if_exist(key(1)));
+    c.clear();
+    assert_eq!(c.size(), 0);
+    assert_eq!(held.as_slice().unwrap()[0], 5, "the held buffer is intact");
+    // Key 2 was dropped by the cache; only `held` is still alive. The unheld one may wait for
+    // epoch reclamation, so allow it for a moment.
+    assert!(c.pinned_bytes() >= 512);
+    drop(held);
+    for _ in 0..1000 {
+        if c.pinned_bytes() == 0 {
+            break;
+        }
+        c.get(key(99)); // pins and unpins, which advances reclamation
+    }
+    assert_eq!(c.pinned_bytes(), 0);
+}
+
+#[test]
+fn a_failed_build_reaches_waiters_and_is_not_cached() {
+    let c = Arc::new(ConstantCache::with_capacity_bytes(DeviceKind::Cpu, MIB));
+    let barrier = Arc::new(Barrier::new(3));
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let (c, barrier) = (c.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                c.get_or_add(key(3), 64, || {
+                    thread::sleep(Duration::from_millis(30));
+                    Err::<ConstantBuffer, _>("reorder failed")
+                })
+            })
+        })
+        .collect();
+    for h in handles {
+        match &*h.join().unwrap().unwrap_err() {
+            AddError::Build(e) => assert_eq!(*e, "reorder failed"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(c.get(key(3)).is_none());
+    assert_eq!(c.size(), 0);
+}
+
+#[test]
+fn a_buffer_of_the_wrong_size_is_refused_and_handed_back() {
+    let c = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, MIB);
+    let e = c.get_or_add(key(4), 100, || filled(128, 4)).unwrap_err();
+    match &*e {
+        AddError::SizeMismatch { declared, buffer } => {
+            assert_eq!((*declared, buffer.size()), (100, 128));
+            assert!(e.to_string().contains("128 bytes but 100"), "{e}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(c.size(), 0);
+}
+
+/// A GPU-kind allocator backed by host memory, counting live bytes.
+#[derive(Debug, Default)]
+struct CountingGpu {
+    live: AtomicUsize,
+    limit: usize,
+}
+
+// SAFETY: delegates to `HostAllocator` with the same arguments.
+unsafe impl BufferAllocator for CountingGpu {
+    fn device(&self) -> DeviceKind {
+        DeviceKind::Gpu
+    }
+    fn host_accessible(&self) -> bool {
+        false
+    }
+    fn allocate(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+        if self.live.load(Ordering::SeqCst) + size > self.limit {
+            return Err(AllocError::OutOfMemory {
+                device: DeviceKind::Gpu,
+                size,
+                align,
+            });
+        }
+        let p = HostAllocator.allocate(size, align)?;
+        self.live.fetch_add(size, Ordering::SeqCst);
+        Ok(p)
+    }
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize) {
+        self.live.fetch_sub(size, Ordering::SeqCst);
+        // SAFETY: forwarded from our own caller's contract.
+        unsafe { HostAllocator.deallocate(ptr, size, align) };
+    }
+}
+
+#[test]
+fn plugged_allocators_free_through_themselves_and_report_oom() {
+    let gpu = Arc::new(CountingGpu {
+        limit: 10_000,
+        ..Default::default()
+    });
+    let c = ConstantCache::with_capacity_bytes(DeviceKind::Gpu, MIB);
+    let alloc: Arc<dyn BufferAllocator> = gpu.clone();
+    let a = c
+        .get_or_add(key(1), 4096, || {
+            ConstantBuffer::new(alloc.clone(), 4096, 256)
+        })
+        .unwrap();
+    assert_eq!(
+        (a.buffer.device(), a.buffer.align()),
+        (DeviceKind::Gpu, 256)
+    );
+    assert!(
+        a.buffer.as_slice().is_none(),
+        "device memory is not host-readable"
+    );
+    assert_eq!(a.buffer.as_ptr() as usize % 256, 0);
+    let e = c
+        .get_or_add(key(2), 8192, || {
+            ConstantBuffer::new(alloc.clone(), 8192, 256)
+        })
+        .unwrap_err();
+    assert!(matches!(
+        &*e,
+        AddError::Build(AllocError::OutOfMemory { size: 8192, .. })
+    ));
+    // A CPU buffer offered to the GPU cache is refused.
+    let e = c.get_or_add(key(3), 64, || filled(64, 0)).unwrap_err();
+    assert!(matches!(
+        &*e,
+        AddError::WrongDevice {
+            expected: DeviceKind::Gpu,
+            ..
+        }
+    ));
+    drop(a);
+    c.clear();
+    drop(c);
+    assert_eq!(gpu.live.load(Ordering::SeqCst), 0, "every buffer was freed");
+}
+
+#[test]
+fn invalid_layouts_are_typed_errors() {
+    assert_eq!(
+        ConstantBuffer::new(Arc::new(HostAllocator), 10, 3).unwrap_err(),
+        AllocError::InvalidLayout { size: 10, align: 3 }
+    );
+    assert!(ConstantBuffer::new(Arc::new(HostAllocator), usize::MAX, 64).is_err());
+    let empty = ConstantBuffer::host(0).unwrap();
+    assert_eq!(empty.as_slice().unwrap().len(), 0);
+    assert_eq!(ConstantBuffer::host(1).unwrap().as_ptr() as usize % 64, 0);
+}
+
+#[test]
+fn capacity_in_mib_saturates() {
+    let c = ConstantCache::new(DeviceKind::Cpu);
+    c.set_capacity_mb(u64::MAX);
+    assert_eq!(c.capacity(), u64::MAX);
+    c.set_capacity_mb(3);
+    assert_eq!((c.capacity(), c.capacity_mb()), (3 * MIB, 3));
+}
+
+#[test]
+fn keys_keep_every_bit_of_both_parts() {
+    // oneDNN's `backend_key << 4 | backend_id` would make these two equal.
+    let a = ConstantKey::new(1, 1 << 60);
+    let b = ConstantKey::new(1, 1 << 61);
+    let c = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, MIB);
+    c.get_or_add(a, 8, || filled(8, 1)).unwrap();
+    assert_eq!(
+        c.get_or_add(b, 8, || filled(8, 2)).unwrap().source,
+        Source::Cached
+    );
+    assert_eq!(c.len(), 2);
+}
+
+proptest! {
+    #[test]
+    fn valid_configurations_round_trip(cpu in proptest::option::of(0..=MAX_CAPACITY_MB),
+                                       gpu in proptest::option::of(0..=MAX_CAPACITY_MB)) {
+        prop_assume!(cpu.is_some() || gpu.is_some());
+        let mut config = CapacityConfig::default();
+        if let Some(mb) = cpu { config.set(DeviceKind::Cpu, mb); }
+        if let Some(mb) = gpu { config.set(DeviceKind::Gpu, mb); }
+        let text = config.to_string();
+        prop_assert_eq!(parse_capacity_config(&text).into_result(), Ok(config));
+    }
+
+    #[test]
+    fn arbitrary_strings_never_panic_and_errors_point_inside(s in ".{0,40}") {
+        let parsed = parse_capacity_config(&s);
+        for e in &parsed.errors {
+            prop_assert!(e.position <= s.len());
+            prop_assert!(s[e.position..].starts_with(e.token.as_str()));
+        }
+    }
+}
