@@ -8,14 +8,20 @@
 //! `runcache::Cache` shared by all workers, so each distinct kernel is compiled once no matter
 //! how many workers need it at the same moment.
 //!
+//! Each layer's weights are reordered once into constant buffers held by the process-wide CPU
+//! constant tensor cache (`runcache::constant`), with a byte budget: weights that do not fit
+//! are reordered again on every use, as a memory-limited runtime would.
+//!
 //! The run has two phases over the same request distribution: *cold* (empty cache) and *warm*
 //! (the cache filled by the cold phase). It prints a table per phase.
 //!
 //! ```text
 //! cargo run --release --example runtime -- [--threads N] [--requests N] [--capacity N]
+//!                                          [--weights-mb N]
 //! ```
 
-use runcache::Cache;
+use runcache::constant::{self, ConstantKey};
+use runcache::{Cache, ConstantBuffer, DeviceKind};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,6 +40,43 @@ const OPS: [&str; 8] = [
 ];
 const LAYERS: usize = 4;
 const BATCHES: [u32; 4] = [1, 2, 4, 8];
+/// Hidden size of the model (kept small so the demo runs anywhere).
+const HIDDEN: usize = 256;
+/// The backend id under which the demo caches its weights.
+const BACKEND: u64 = 1;
+
+/// The weight tensor (rows, columns) of an op, if it has one.
+fn weight_shape(op: &str) -> Option<(usize, usize)> {
+    match op {
+        "qkv_matmul" => Some((HIDDEN, 3 * HIDDEN)),
+        "out_projection" => Some((HIDDEN, HIDDEN)),
+        "ffn_up_gelu" => Some((HIDDEN, 4 * HIDDEN)),
+        "ffn_down" => Some((4 * HIDDEN, HIDDEN)),
+        "layer_norm" => Some((2, HIDDEN)),
+        _ => None,
+    }
+}
+
+/// "Reorders" a layer's weights: generates them and writes them transposed into a 64-byte
+/// aligned constant buffer, as a runtime packs weights for its kernels.
+fn reorder_weights(layer: usize, op: &str, rows: usize, cols: usize) -> ConstantBuffer {
+    let mut buffer =
+        ConstantBuffer::host(rows * cols * 4).expect("host memory for the demo's weights");
+    let out = buffer
+        .as_mut_slice()
+        .expect("host buffers are host-accessible");
+    let mut x = 0x9E37_79B9u32 ^ (layer as u32) << 16 ^ op.len() as u32;
+    for r in 0..rows {
+        for c in 0..cols {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let at = (c * rows + r) * 4;
+            out[at..at + 4].copy_from_slice(&x.to_le_bytes());
+        }
+    }
+    buffer
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct KernelKey {
@@ -81,23 +124,36 @@ struct Config {
     threads: usize,
     requests: usize,
     capacity: u64,
+    weights_mb: Option<u64>,
 }
+
+/// The weights' budget when neither the flag nor the environment sets one: the model's
+/// 12.4 MiB of weights fit. `--weights-mb 8` shows rejections: the weights that do not fit are
+/// reordered again on every use.
+const DEFAULT_WEIGHTS_MB: u64 = 16;
 
 fn parse_args() -> Result<Option<Config>, String> {
     let mut cfg = Config {
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
         requests: 4000,
         capacity: 4096,
+        weights_mb: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             println!(
-                "usage: runtime [--threads N] [--requests N] [--capacity N]\n\
-                 \n  --threads N   worker threads (default: all cores, {})\
-                 \n  --requests N  requests per phase (default: {})\
-                 \n  --capacity N  kernels the cache may hold; 0 disables it (default: {})",
-                cfg.threads, cfg.requests, cfg.capacity
+                "usage: runtime [--threads N] [--requests N] [--capacity N] [--weights-mb N]\n\
+                 \n  --threads N     worker threads (default: all cores, {})\
+                 \n  --requests N    requests per phase (default: {})\
+                 \n  --capacity N    kernels the cache may hold; 0 disables it (default: {})\
+                 \n  --weights-mb N  CPU constant cache budget in MiB (default: {}, or\
+                 \n                  {} if that is set)",
+                cfg.threads,
+                cfg.requests,
+                cfg.capacity,
+                DEFAULT_WEIGHTS_MB,
+                constant::ENV_VAR
             );
             return Ok(None);
         }
@@ -116,6 +172,7 @@ fn parse_args() -> Result<Option<Config>, String> {
             }
             "--requests" => cfg.requests = number("--requests")? as usize,
             "--capacity" => cfg.capacity = number("--capacity")?,
+            "--weights-mb" => cfg.weights_mb = Some(number("--weights-mb")?),
             other => return Err(format!("unknown flag `{other}` (try --help)")),
         }
     }
@@ -149,6 +206,23 @@ struct Phase {
     requests: usize,
     elapsed: Duration,
     stats: runcache::Stats,
+    weights: WeightBytes,
+}
+
+/// The CPU constant cache's bytes after a phase.
+struct WeightBytes {
+    cached: u64,
+    rejected: u64,
+    pinned: u64,
+}
+
+fn weight_bytes() -> WeightBytes {
+    let w = constant::cache(DeviceKind::Cpu);
+    WeightBytes {
+        cached: w.size(),
+        rejected: w.rejected_bytes(),
+        pinned: w.pinned_bytes(),
+    }
 }
 
 fn run_phase(
@@ -169,12 +243,29 @@ fn run_phase(
                 let mut sink = 0u64;
                 while next.fetch_add(1, Ordering::Relaxed) < requests {
                     let (batch, seq) = request_shape(&mut rng);
+                    let weights = constant::cache(DeviceKind::Cpu);
                     for layer in 0..LAYERS {
-                        for op in OPS {
+                        for (i, op) in OPS.into_iter().enumerate() {
                             let key = KernelKey { op, batch, seq };
                             let kernel =
                                 cache.get_or_insert_with(key.clone(), || Kernel::compile(&key));
                             sink ^= kernel.run(layer as u64 ^ sink);
+                            if let Some((rows, cols)) = weight_shape(op) {
+                                let id = (layer * OPS.len() + i) as u64;
+                                let w = weights
+                                    .get_or_add(
+                                        ConstantKey::new(BACKEND, id),
+                                        rows * cols * 4,
+                                        || {
+                                            Ok::<_, runcache::AllocError>(reorder_weights(
+                                                layer, op, rows, cols,
+                                            ))
+                                        },
+                                    )
+                                    .expect("host allocation for the demo's weights");
+                                let bytes = w.buffer.as_slice().expect("host buffer");
+                                sink ^= u64::from(bytes[(sink as usize) % bytes.len()]);
+                            }
                         }
                     }
                 }
@@ -193,6 +284,7 @@ fn run_phase(
         requests: cfg.requests,
         elapsed: start.elapsed(),
         stats: after.since(&before),
+        weights: weight_bytes(),
     }
 }
 
@@ -205,6 +297,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let weights = constant::cache(DeviceKind::Cpu);
+    match (cfg.weights_mb, &constant::env_report().value) {
+        (Some(mb), _) => weights.set_capacity_mb(mb),
+        (None, None) => weights.set_capacity_mb(DEFAULT_WEIGHTS_MB),
+        (None, Some(_)) => {
+            for e in &constant::env_report().parsed.errors {
+                eprintln!("runtime: {}: {e}", constant::ENV_VAR);
+            }
+        }
+    }
     let cache = Arc::new(
         Cache::<KernelKey, Kernel>::builder()
             .capacity(cfg.capacity)
@@ -213,12 +315,13 @@ fn main() -> ExitCode {
     );
     println!(
         "runcache demo runtime: {} workers, {} requests per phase, {} ops x {} layers per request, \
-         kernel cache capacity {}",
+         kernel cache capacity {}, CPU constant cache {} MiB",
         cfg.threads,
         cfg.requests,
         OPS.len(),
         LAYERS,
-        cfg.capacity
+        cfg.capacity,
+        weights.capacity_mb()
     );
     let phases = [
         run_phase("cold", &cache, &cfg, 1),
@@ -242,11 +345,27 @@ fn main() -> ExitCode {
             p.requests as f64 / p.elapsed.as_secs_f64()
         );
     }
+    println!();
+    println!(
+        "{:<6} {:>18} {:>22} {:>14}",
+        "phase", "weights cached", "weights rejected (sum)", "pinned"
+    );
+    for p in &phases {
+        println!(
+            "{:<6} {:>14.2} MiB {:>18.2} MiB {:>8} bytes",
+            p.name,
+            p.weights.cached as f64 / (1 << 20) as f64,
+            p.weights.rejected as f64 / (1 << 20) as f64,
+            p.weights.pinned
+        );
+    }
     let speedup = phases[0].elapsed.as_secs_f64() / phases[1].elapsed.as_secs_f64();
     println!();
     println!(
         "warm/cold throughput: {speedup:.1}x; kernels cached: {}; \"shared\" = callers that \
-         waited for another worker's build instead of compiling the same kernel again",
+         waited for another worker's build instead of compiling the same kernel again; \
+         rejected weights did not fit the constant cache and were reordered again on each use; \
+         pinned = weight bytes outside the cache still held by callers",
         cache.len()
     );
     ExitCode::SUCCESS

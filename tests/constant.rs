@@ -94,6 +94,7 @@ fn concurrent_callers_share_one_build() {
 fn mixed_sizes_at_the_capacity_edge_never_exceed_it() {
     let cap = 64 * 1024;
     let c = Arc::new(ConstantCache::with_capacity_bytes(DeviceKind::Cpu, cap));
+    // Every check reads size and capacity together; the capacity never changes here.
     let handles: Vec<_> = (0..4u64)
         .map(|t| {
             let c = c.clone();
@@ -102,7 +103,8 @@ fn mixed_sizes_at_the_capacity_edge_never_exceed_it() {
                     let size = 1000 + ((t * 7919 + i * 104729) % 9000) as usize;
                     let k = key(t * 1000 + i % 50);
                     let _ = c.get_or_add(k, size, || filled(size, 0));
-                    assert!(c.size() <= c.capacity(), "{} > {}", c.size(), c.capacity());
+                    let (now, capacity) = c.size_and_capacity();
+                    assert!(now <= capacity && capacity == cap, "{now} > {capacity}");
                     if i % 17 == 0 {
                         c.remove_if_exist(k);
                     }
@@ -335,4 +337,46 @@ proptest! {
             prop_assert!(s[e.position..].starts_with(e.token.as_str()));
         }
     }
+}
+
+#[test]
+fn capacity_changes_while_other_threads_read_and_build() {
+    let c = Arc::new(ConstantCache::with_capacity_bytes(
+        DeviceKind::Cpu,
+        64 * 1024,
+    ));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (c, stop) = (c.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = key((t * 31 + i) % 40);
+                    let a = c.get_or_add(k, 2048, || filled(2048, k.key as u8)).unwrap();
+                    assert_eq!(a.buffer.as_slice().unwrap()[2047], k.key as u8);
+                    let (size, capacity) = c.size_and_capacity();
+                    assert!(size <= capacity, "size {size} above capacity {capacity}");
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..2000u64 {
+        let bytes = [64 * 1024, 8 * 1024, 0, 32 * 1024][(round % 4) as usize];
+        c.set_capacity_bytes(bytes);
+        // The shrink has finished: what is cached fits the new capacity.
+        let (size, capacity) = c.size_and_capacity();
+        assert!(
+            size <= capacity && capacity <= bytes.max(size),
+            "{size} {capacity} {bytes}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    c.set_capacity_bytes(8 * 1024);
+    assert!(c.size() <= 8 * 1024);
+    assert!(c.stats().evictions > 0, "the shrinks removed entries");
 }

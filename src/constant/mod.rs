@@ -270,6 +270,12 @@ impl ConstantCache {
         self.cache.weighted_size()
     }
 
+    /// Bytes cached and the capacity, read together in one atomic load: the first is never
+    /// above the second, even while other threads change either.
+    pub fn size_and_capacity(&self) -> (u64, u64) {
+        self.cache.weighted_size_and_capacity()
+    }
+
     /// The capacity in bytes.
     pub fn capacity(&self) -> u64 {
         self.cache.capacity()
@@ -293,7 +299,8 @@ impl ConstantCache {
     }
 
     /// Bytes of buffers that are not in the cache — evicted, removed, or built but not cached
-    /// — and still alive because callers hold them.
+    /// — and still allocated: because callers hold them, or, for a moment after the last
+    /// holder lets go, because epoch reclamation has not run yet.
     pub fn pinned_bytes(&self) -> u64 {
         // Relaxed: a byte statistic.
         self.ledger.pinned.load(Ordering::Relaxed)

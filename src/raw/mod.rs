@@ -379,6 +379,9 @@ where
         node.slot.finish(DEAD);
         let pin = self.pin();
         shard.delete(node, &pin.guard);
+        // The node may hold an uncached value for its waiters: push it towards reclamation
+        // now, as `take` explains.
+        pin.guard.flush();
     }
 
     /// Inserts or replaces; refuses (handing both back) when the weight does not fit.
