@@ -48,6 +48,19 @@ pub struct Fetched<V> {
     pub source: Source,
 }
 
+/// What a cache does when an entry does not fit in the free capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WhenFull {
+    /// Evict entries chosen by the scan-resistant S3-FIFO policy until the new one fits (the
+    /// default). An entry heavier than the whole capacity is still refused: it never flushes
+    /// the cache.
+    #[default]
+    Evict,
+    /// Refuse the new entry and keep the cached ones (constant tensor caches work this way).
+    Reject,
+}
+
 /// Why a value left the cache, as told to an [`on_evict`](CacheBuilder::on_evict) listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -118,6 +131,7 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     hasher: S,
     weigher: Option<Weigher<K, V>>,
     listener: Option<Listener<K, V>>,
+    when_full: WhenFull,
     _types: PhantomData<fn(K, V)>,
 }
 
@@ -136,6 +150,12 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// is cached (callers waiting on that build take it over).
     pub fn weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
         self.weigher = Some(Box::new(weigher));
+        self
+    }
+
+    /// What to do when an entry does not fit: evict by policy (the default) or refuse it.
+    pub fn when_full(mut self, when_full: WhenFull) -> Self {
+        self.when_full = when_full;
         self
     }
 
@@ -168,6 +188,7 @@ impl<K, V, S> CacheBuilder<K, V, S> {
             hasher,
             weigher: self.weigher,
             listener: self.listener,
+            when_full: self.when_full,
             _types: PhantomData,
         }
     }
@@ -197,6 +218,7 @@ where
                 self.hasher,
                 self.weigher,
                 self.listener,
+                self.when_full == WhenFull::Evict,
             ),
         })
     }
@@ -225,6 +247,7 @@ where
             hasher: DefaultHashBuilder::default(),
             weigher: None,
             listener: None,
+            when_full: WhenFull::Evict,
             _types: PhantomData,
         }
     }
@@ -238,6 +261,7 @@ where
                 DefaultHashBuilder::default(),
                 None,
                 None,
+                true,
             ),
         }
     }

@@ -65,13 +65,26 @@
 //! Each entry has a weight (1 by default; see [`CacheBuilder::weigher`]). An entry's weight is
 //! reserved before the entry is published, and the size and the capacity share one atomic
 //! word, so [`Cache::weighted_size`] `<=` [`Cache::capacity`] at every instant, under any
-//! concurrency. An entry that does not fit is not cached: `insert` hands it back in an
-//! [`InsertError`], and the `get_or_*` methods return the built value uncached.
+//! concurrency. When an entry does not fit, an evicting cache (the default, [`WhenFull::Evict`])
+//! evicts by policy until it does; a rejecting one ([`WhenFull::Reject`]) does not cache it:
+//! `insert` hands it back in an [`InsertError`], and the `get_or_*` methods return the built
+//! value uncached. An entry heavier than the whole capacity is always refused.
+//!
+//! # Eviction
+//!
+//! The evicting policy is S3-FIFO: new entries enter a small FIFO, entries hit again move to
+//! the main FIFO, and what the small FIFO evicts is remembered in a ghost so it goes straight to
+//! the main FIFO if it comes back. A one-pass scan therefore does not flush frequently used
+//! entries. A hit writes the entry's 2-bit frequency only while it can still grow; entries being
+//! built are never evicted; shrinking the capacity evicts in policy order. An
+//! [`on_evict`](CacheBuilder::on_evict) listener hears every removal with its
+//! [`RemovalCause`].
 //!
 //! ```
 //! # use runcache::Cache;
 //! let blobs = Cache::<u32, Vec<u8>>::builder()
 //!     .capacity(1024) // bytes
+//!     .when_full(runcache::WhenFull::Reject) // the default evicts instead
 //!     .weigher(|_, v: &Vec<u8>| v.len() as u64)
 //!     .build()
 //!     .unwrap();
@@ -115,12 +128,13 @@
 mod cache;
 pub mod constant;
 mod error;
+mod policy;
 mod raw;
 mod sync;
 
 pub use cache::{
     Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, RemovalCause, Source, Stats,
-    MAX_SHARDS,
+    WhenFull, MAX_SHARDS,
 };
 pub use constant::ConstantBuffer;
 pub use error::{AllocError, ConfigError, InsertError};

@@ -20,7 +20,9 @@
 
 #[cfg(not(runcache_loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    };
     pub(crate) use std::thread::yield_now;
 
     /// Declares a thread-local (std's here, loom's in the model).
@@ -113,7 +115,9 @@ mod imp {
 #[cfg(runcache_loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    };
     use loom::sync::Mutex;
     pub(crate) use loom::thread::yield_now;
 

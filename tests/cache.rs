@@ -3,7 +3,7 @@
 mod common;
 
 use common::{drops, with_caches, Tracked};
-use runcache::{Cache, ConfigError, Lookup, Source};
+use runcache::{Cache, ConfigError, Lookup, Source, WhenFull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -244,6 +244,7 @@ fn weights_are_reserved_and_oversized_entries_rejected() {
         let c = Cache::<u32, Vec<u8>>::builder()
             .capacity(100)
             .shards(c.shards())
+            .when_full(WhenFull::Reject)
             .weigher(|_, v: &Vec<u8>| v.len() as u64)
             .build()
             .unwrap();
@@ -499,4 +500,116 @@ fn a_removed_value_is_destroyed_soon_after_its_last_holder_lets_go() {
         "not reclaimed after {pins} pins"
     );
     assert!(pins < 10_000);
+}
+
+#[test]
+fn a_full_cache_evicts_to_make_room_by_default() {
+    with_caches::<u32, u32>(10, |c| {
+        for i in 0..100 {
+            c.insert(i, i).unwrap();
+            let (size, capacity) = c.weighted_size_and_capacity();
+            assert!(size <= capacity);
+        }
+        assert_eq!(c.len(), 10);
+        assert_eq!(c.stats().evictions, 90);
+        assert_eq!((0..100).filter(|k| c.contains_key(k)).count(), 10);
+    });
+}
+
+#[test]
+fn one_heavy_entry_evicts_several_light_ones_and_an_oversized_one_flushes_nothing() {
+    let c = Cache::<u32, u64>::builder()
+        .capacity(100)
+        .weigher(|_, v| *v)
+        .build()
+        .unwrap();
+    for i in 0..10 {
+        c.insert(i, 10).unwrap();
+    }
+    c.insert(100, 35).unwrap();
+    assert_eq!(
+        c.weighted_size(),
+        95,
+        "four light entries made room for the heavy one"
+    );
+    assert_eq!(c.len(), 7);
+    let e = c.insert(101, 101).unwrap_err();
+    assert_eq!((e.weight, e.capacity), (101, 100));
+    assert_eq!(
+        c.len(),
+        7,
+        "an entry heavier than the capacity evicts nothing"
+    );
+    let f = c.get_or_build(102, |_| Ok::<_, ()>(500)).unwrap();
+    assert_eq!(f.source, Source::Uncached);
+    assert_eq!(c.len(), 7);
+}
+
+#[test]
+fn an_entry_being_built_is_not_evicted_and_lands_afterwards() {
+    let c = Arc::new(Cache::<u32, u32>::builder().capacity(10).build().unwrap());
+    let started = Arc::new(Barrier::new(2));
+    let finish = Arc::new(Barrier::new(2));
+    let builder = {
+        let (c, started, finish) = (c.clone(), started.clone(), finish.clone());
+        thread::spawn(move || {
+            c.get_or_build(1000, |_| {
+                started.wait();
+                finish.wait();
+                Ok::<_, ()>(7)
+            })
+            .unwrap()
+        })
+    };
+    started.wait();
+    for i in 0..200 {
+        c.insert(i, i).unwrap(); // heavy churn while key 1000 is loading
+    }
+    finish.wait();
+    let f = builder.join().unwrap();
+    assert_eq!((f.source, *f.value), (Source::Cached, 7));
+    assert_eq!(c.get(&1000).as_deref(), Some(&7));
+    assert_eq!(c.len(), 10);
+}
+
+#[test]
+fn a_scan_does_not_flush_the_frequently_used_entries() {
+    let c = Cache::<u64, u64>::builder().capacity(1000).build().unwrap();
+    let hot: Vec<u64> = (0..500).collect();
+    for &k in &hot {
+        c.insert(k, k).unwrap();
+    }
+    for _ in 0..3 {
+        for &k in &hot {
+            assert!(c.get(&k).is_some());
+        }
+    }
+    // A one-pass scan over 20x the capacity of keys never seen before.
+    for k in 1_000_000..1_020_000 {
+        c.get_or_insert_with(k, || k);
+    }
+    let kept = hot.iter().filter(|k| c.contains_key(k)).count();
+    assert!(
+        kept >= 450,
+        "only {kept} of 500 hot entries survived the scan"
+    );
+}
+
+#[test]
+fn shrinking_an_evicting_cache_evicts_in_policy_order_not_a_flush() {
+    let c = Cache::<u32, u32>::builder().capacity(100).build().unwrap();
+    for i in 0..100 {
+        c.insert(i, i).unwrap();
+    }
+    for _ in 0..2 {
+        for i in 0..20 {
+            c.get(&i);
+        }
+    }
+    c.set_capacity(50);
+    assert_eq!(c.len(), 50);
+    let frequent = (0..20).filter(|k| c.contains_key(k)).count();
+    assert_eq!(frequent, 20, "frequently used entries outlive a shrink");
+    c.set_capacity(200);
+    assert_eq!(c.len(), 50, "growing keeps everything");
 }

@@ -346,9 +346,10 @@ fn capacity_changes_while_other_threads_read_and_build() {
         64 * 1024,
     ));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ops = Arc::new(AtomicUsize::new(0));
     let readers: Vec<_> = (0..3u64)
         .map(|t| {
-            let (c, stop) = (c.clone(), stop.clone());
+            let (c, stop, ops) = (c.clone(), stop.clone(), ops.clone());
             thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -357,12 +358,19 @@ fn capacity_changes_while_other_threads_read_and_build() {
                     assert_eq!(a.buffer.as_slice().unwrap()[2047], k.key as u8);
                     let (size, capacity) = c.size_and_capacity();
                     assert!(size <= capacity, "size {size} above capacity {capacity}");
+                    ops.fetch_add(1, Ordering::Relaxed);
                     i += 1;
                 }
             })
         })
         .collect();
-    for round in 0..2000u64 {
+    // Shrink and grow while the readers work: start once they run, stop once they have done
+    // plenty under the changing capacity.
+    while ops.load(Ordering::Relaxed) < 100 {
+        thread::yield_now();
+    }
+    let mut round = 0u64;
+    while round < 2000 || ops.load(Ordering::Relaxed) < 5000 {
         let bytes = [64 * 1024, 8 * 1024, 0, 32 * 1024][(round % 4) as usize];
         c.set_capacity_bytes(bytes);
         // The shrink has finished: what is cached fits the new capacity.
@@ -371,6 +379,7 @@ fn capacity_changes_while_other_threads_read_and_build() {
             size <= capacity && capacity <= bytes.max(size),
             "{size} {capacity} {bytes}"
         );
+        round += 1;
     }
     stop.store(true, Ordering::Relaxed);
     for r in readers {
@@ -378,5 +387,9 @@ fn capacity_changes_while_other_threads_read_and_build() {
     }
     c.set_capacity_bytes(8 * 1024);
     assert!(c.size() <= 8 * 1024);
-    assert!(c.stats().evictions > 0, "the shrinks removed entries");
+    assert!(
+        c.stats().evictions > 0,
+        "the shrinks removed entries: {:?}",
+        c.stats()
+    );
 }

@@ -2,7 +2,7 @@
 //! sequential model, comparing every return value, the length and the weighted size.
 
 use proptest::prelude::*;
-use runcache::{Cache, Source};
+use runcache::{Cache, Source, WhenFull};
 use std::collections::HashMap;
 
 #[derive(Clone, Debug)]
@@ -56,6 +56,7 @@ fn run(ops: Vec<Op>, capacity: u64, shards: usize) -> Result<(), TestCaseError> 
     let cache = Cache::<u8, u32>::builder()
         .capacity(capacity)
         .shards(shards)
+        .when_full(WhenFull::Reject)
         .weigher(|_, v| weight(*v))
         .build()
         .unwrap();

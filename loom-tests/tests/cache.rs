@@ -18,10 +18,14 @@ use std::hash::BuildHasherDefault;
 /// loom replays each interleaving many times, so hashing must not be randomly seeded.
 type Fixed = BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
+/// The models check the table, slots and budget; none of them is about eviction, so they
+/// reject when full (an evicting cache also runs crossbeam-queue's `SegQueue`, whose
+/// internals would multiply the explored states).
 fn builder<V: Send + Sync + 'static>() -> CacheBuilder<u32, V, Fixed> {
     Cache::<u32, V>::builder()
         .shards(1)
         .hasher(Fixed::default())
+        .when_full(runcache::WhenFull::Reject)
 }
 
 fn cache(capacity: u64) -> Cache<u32, u64, Fixed> {

@@ -171,6 +171,7 @@ impl ConstantCache {
     pub fn with_capacity_bytes(device: DeviceKind, bytes: u64) -> Self {
         let cache = Cache::builder()
             .capacity(bytes)
+            .when_full(crate::WhenFull::Reject)
             .weigher(|_, b: &ConstantBuffer| b.size() as u64)
             .on_evict(|_, b, _| b.mark_outside())
             .build()

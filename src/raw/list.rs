@@ -15,6 +15,7 @@
 //! the list's reference to the epoch collector.
 
 use super::slot::{Slot, LOADING, READY};
+use crate::policy::EntryMeta;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use std::any::Any;
@@ -94,6 +95,8 @@ pub(crate) struct Node<K, V> {
     pub(crate) value: Atomic<Published<V>>,
     /// Set once, before the slot turns `DEAD`, when an attempt ends without caching.
     outcome: AtomicPtr<Outcome<V>>,
+    /// The eviction policy's state for this entry.
+    pub(crate) meta: EntryMeta,
 }
 
 impl<K, V> Node<K, V> {
@@ -105,6 +108,7 @@ impl<K, V> Node<K, V> {
             slot: Slot::ready(),
             value: Atomic::null(),
             outcome: AtomicPtr::new(std::ptr::null_mut()),
+            meta: EntryMeta::new(),
         }
     }
 
@@ -128,7 +132,25 @@ impl<K, V> Node<K, V> {
             slot,
             value,
             outcome: AtomicPtr::new(std::ptr::null_mut()),
+            meta: EntryMeta::new(),
         }
+    }
+
+    /// The entry's hash as far as the table keeps it: every bit but bit 63 (enough for the
+    /// shard, the bucket and the policy's ghost).
+    #[inline]
+    pub(crate) fn hash(&self) -> u64 {
+        self.so_key.reverse_bits()
+    }
+
+    /// Whether the node holds a cached value right now (a snapshot; nothing is read through
+    /// the pointer).
+    pub(crate) fn is_cached(&self) -> bool {
+        // SAFETY: the pointer is only compared with null, never dereferenced, so no guard is
+        // needed to keep what it points to alive.
+        let guard = unsafe { crossbeam_epoch::unprotected() };
+        // Relaxed: a snapshot for the eviction policy, which re-checks with a swap.
+        !self.value.load(Ordering::Relaxed, guard).is_null()
     }
 
     #[inline]
@@ -637,4 +659,18 @@ fn alloc_segment<K, V>(s: usize) -> *mut AtomicPtr<Node<K, V>> {
 unsafe fn free_segment<K, V>(seg: *mut AtomicPtr<Node<K, V>>, s: usize) {
     // SAFETY: rebuilds the boxed slice `alloc_segment` leaked, with the same length.
     drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(seg, segment_len(s))) });
+}
+
+impl<K, V> crate::policy::Queued for Arc<Node<K, V>> {
+    fn meta(&self) -> &EntryMeta {
+        &self.meta
+    }
+
+    fn hash(&self) -> u64 {
+        Node::hash(self)
+    }
+
+    fn is_cached(&self) -> bool {
+        Node::is_cached(self)
+    }
 }

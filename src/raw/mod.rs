@@ -44,6 +44,7 @@ pub(crate) mod epoch;
 pub(crate) mod list;
 pub(crate) mod slot;
 
+use crate::policy::S3Fifo;
 use crate::sync::Ordering;
 use crate::RemovalCause;
 use counter::{Budget, Counter, StatsBlock};
@@ -98,6 +99,8 @@ pub(crate) struct RawCache<K, V, S> {
     weigher: Option<Weigher<K, V>>,
     listener: Option<Listener<K, V>>,
     budget: Budget,
+    /// The eviction policy; `None` when the cache rejects entries that do not fit.
+    policy: Option<S3Fifo<Arc<Node<K, V>>>>,
     // Declared last: dropped after the shards, so this thread's handle goes last (I7).
     domain: Domain,
 }
@@ -114,8 +117,15 @@ where
         hasher: S,
         weigher: Option<Weigher<K, V>>,
         listener: Option<Listener<K, V>>,
+        evict: bool,
     ) -> Self {
         debug_assert!(shards.is_power_of_two());
+        // The ghost remembers about as many hashes as the cache holds entries.
+        let expected = if weigher.is_none() {
+            capacity.min(1 << 20) as usize
+        } else {
+            1 << 14
+        };
         let shift = if shards == 1 {
             u32::MAX
         } else {
@@ -130,6 +140,7 @@ where
             weigher,
             listener,
             budget: Budget::new(capacity),
+            policy: evict.then(|| S3Fifo::new(expected)),
             domain: Domain::new(),
         }
     }
@@ -150,10 +161,61 @@ where
         self.hasher.hash_one(key)
     }
 
+    /// The shard of a hash: its bits just below bit 63, which the split-order key keeps (so
+    /// a node's shard can be found from the node) and which bucket indices never reach.
     #[inline]
     fn shard(&self, hash: u64) -> &Shard<K, V> {
-        let i = hash.checked_shr(self.shift).unwrap_or(0) as usize;
+        let i = (hash << 1).checked_shr(self.shift).unwrap_or(0) as usize;
         &self.shards[i]
+    }
+
+    /// Reserves `weight`; when it does not fit and the cache evicts, evicts by policy until
+    /// it does. An entry heavier than the whole capacity is refused without evicting anything.
+    fn reserve(&self, weight: u64, stats: &StatsBlock) -> bool {
+        loop {
+            if self.budget.try_reserve(weight) {
+                return true;
+            }
+            let Some(policy) = &self.policy else {
+                return false;
+            };
+            let capacity = self.budget.capacity();
+            if capacity == 0 || weight > capacity || !self.evict_one(policy, capacity) {
+                return false;
+            }
+            stats.bump(Counter::Eviction);
+        }
+    }
+
+    /// Evicts the policy's next victim; `false` when nothing is left to evict (every entry is
+    /// being built, say).
+    fn evict_one(&self, policy: &S3Fifo<Arc<Node<K, V>>>, capacity: u64) -> bool {
+        let pin = self.pin();
+        while let Some(node) = policy.victim(capacity) {
+            let shard = self.shard(node.hash());
+            if self
+                .take(&node, shard, &pin.guard, RemovalCause::Capacity)
+                .is_some()
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Hands a node whose value was just published to the policy.
+    fn admit(&self, node: Arc<Node<K, V>>, weight: u64) {
+        if let Some(policy) = &self.policy {
+            policy.admit(node, weight, || self.len());
+        }
+    }
+
+    /// Records a hit for the policy (a write only while the entry's frequency can grow).
+    #[inline]
+    fn touch(&self, node: &Node<K, V>) {
+        if self.policy.is_some() {
+            node.meta.touch();
+        }
     }
 
     fn weigh(&self, key: &K, value: &V) -> u64 {
@@ -177,7 +239,10 @@ where
                 &pin.guard,
             )
             .and_then(|n| match n.view(&pin.guard) {
-                View::Ready(p) => Some(p),
+                View::Ready(p) => {
+                    self.touch(n);
+                    Some(p)
+                }
                 _ => None,
             });
         pin.stats.bump(if found.is_some() {
@@ -264,6 +329,7 @@ where
                 Some(node) => match node.view(&pin.guard) {
                     View::Ready(p) => {
                         let value = Arc::clone(p.value());
+                        self.touch(node);
                         pin.stats.bump(Counter::Hit);
                         // SAFETY: an unlinked node of ours, never shared.
                         drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
@@ -341,13 +407,14 @@ where
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
                 let value = Arc::new(v);
-                if self.budget.try_reserve(weight) {
+                if self.reserve(weight, stats) {
                     let boxed = Owned::new(Published::new(Arc::clone(&value), weight));
                     // Relaxed: a size statistic (counted before a remover can uncount it).
                     shard.live.fetch_add(1, Ordering::Relaxed);
                     // Release: pairs with the Acquire load in `Node::view`.
                     node.value.store(boxed, Ordering::Release);
                     node.slot.finish(READY);
+                    self.admit(Arc::clone(&node), weight);
                     attempt.done = true;
                     return Served::Built {
                         value,
@@ -402,7 +469,7 @@ where
                 .expect("the key is back in hand at every retry");
             let pos = shard.locate(hash, so, |k| k == q, &pin.guard);
             let Some(node) = pos.found else {
-                if !self.budget.try_reserve(weight) {
+                if !self.reserve(weight, pin.stats) {
                     return Err(self.refuse(&pin, key, boxed));
                 }
                 let k = key.take().expect("checked above");
@@ -410,6 +477,9 @@ where
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
+                    // SAFETY: linked, so the list holds a count and the node is alive; the
+                    // policy's queue takes one more (I1).
+                    self.admit(unsafe { hold(&*node) }, weight);
                     return Ok(None);
                 }
                 shard.live.fetch_sub(1, Ordering::Relaxed);
@@ -422,7 +492,7 @@ where
             match node.view(&pin.guard) {
                 View::Ready(current) => {
                     let shared = weight.min(current.weight());
-                    if !self.budget.try_reserve(weight - shared) {
+                    if !self.reserve(weight - shared, pin.stats) {
                         return Err(self.refuse(&pin, key, boxed));
                     }
                     // Acquire: pairs with the Release that published the current box.
@@ -594,9 +664,18 @@ where
         removed
     }
 
+    /// Changes the capacity; a shrink evicts in policy order (or, without a policy, in table
+    /// order) until the rest fits: never a full flush.
     pub(crate) fn set_capacity(&self, capacity: u64) {
-        self.shrink(capacity, |target| {
-            self.remove_while(RemovalCause::Capacity, || self.budget.size() > target)
+        self.shrink(capacity, |target| match &self.policy {
+            Some(policy) => {
+                let mut n = 0;
+                while self.budget.size() > target && self.evict_one(policy, target) {
+                    n += 1;
+                }
+                n
+            }
+            None => self.remove_while(RemovalCause::Capacity, || self.budget.size() > target),
         });
     }
 
