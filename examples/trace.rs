@@ -1,0 +1,612 @@
+//! Trace replayer: hit ratios of runcache, LRU, the Bélády optimum, moka and quick_cache at
+//! several capacities, measured in the same run.
+//!
+//! ```text
+//! cargo run --release --example trace -- [TRACE...] [options]
+//!
+//!   TRACE               an ARC `.lis` trace (plain or `.zst`), or a one-key-per-line file;
+//!                       default: ../shared/traces/OLTP.lis.zst and P3.lis.zst when present
+//!   --zipf K:S:N        a synthetic Zipf trace: N accesses over K keys with exponent S
+//!   --scan-mix K:S:N    the same, with a one-pass scan of K/2 fresh keys every N/10 accesses
+//!   --fractions F,..    capacities as fractions of the unique keys (default
+//!                       0.001,0.0025,0.005,0.01,0.025,0.05,0.1)
+//!   --capacities C,..   capacities in entries (instead of --fractions)
+//!   --threads T,..      thread counts for the concurrent caches (default 1)
+//!   --limit N           replay only the first N accesses of each trace
+//!   --svg-dir DIR       where the plots go (default target/trace)
+//! ```
+//!
+//! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
+//! 2003) have lines `start nblocks ignored request`; each of the `nblocks` pages from `start`
+//! counts as one access, as mokabench counts them. With several thread counts, each thread
+//! replays every T-th access of the trace against one shared cache.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+type Trace = Vec<u64>;
+
+// ---------------------------------------------------------------------------------------
+// Loading and generating traces
+// ---------------------------------------------------------------------------------------
+
+/// Reads a trace file: `.zst` is decompressed; ARC `.lis` lines become page accesses; any
+/// other file is one key per line (numbers are used as they are, other keys are hashed).
+fn load(path: &Path) -> Result<Trace, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = path.to_string_lossy();
+    let reader: Box<dyn Read> = if name.ends_with(".zst") {
+        Box::new(
+            ruzstd::decoding::StreamingDecoder::new(file)
+                .map_err(|e| format!("{}: not a zstd stream: {e}", path.display()))?,
+        )
+    } else {
+        Box::new(file)
+    };
+    let lis = name.ends_with(".lis") || name.ends_with(".lis.zst");
+    parse(BufReader::new(reader), lis).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn parse(reader: impl BufRead, lis: bool) -> Result<Trace, String> {
+    let mut trace = Vec::new();
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| format!("line {}: {e}", n + 1))?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if lis {
+            let mut fields = line.split_ascii_whitespace();
+            let mut number = |what: &str| -> Result<u64, String> {
+                fields
+                    .next()
+                    .ok_or_else(|| format!("line {}: missing {what}", n + 1))?
+                    .parse()
+                    .map_err(|_| format!("line {}: {what} is not a number", n + 1))
+            };
+            let start = number("start block")?;
+            let blocks = number("block count")?;
+            trace.extend(start..start.saturating_add(blocks));
+        } else {
+            trace.push(line.parse().unwrap_or_else(|_| {
+                use std::hash::{BuildHasher, BuildHasherDefault};
+                BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+                    .hash_one(line)
+            }));
+        }
+    }
+    Ok(trace)
+}
+
+/// `len` accesses over `keys` keys, Zipf-distributed with exponent `s`.
+fn zipf(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
+    use rand::{Rng, SeedableRng};
+    let dist =
+        rand_distr::Zipf::new(keys as f64, s).map_err(|e| format!("zipf {keys}:{s}: {e}"))?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    Ok((0..len).map(|_| rng.sample(dist) as u64).collect())
+}
+
+/// Zipf accesses with a one-pass scan of `keys / 2` never-seen keys every `len / 10` accesses.
+fn scan_mix(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
+    let base = zipf(keys, s, len, seed)?;
+    let mut trace = Vec::with_capacity(len * 3 / 2);
+    let mut fresh = keys + 1_000_000;
+    for (i, k) in base.into_iter().enumerate() {
+        if i > 0 && i % (len / 10).max(1) == 0 {
+            for _ in 0..keys / 2 {
+                trace.push(fresh);
+                fresh += 1;
+            }
+        }
+        trace.push(k);
+    }
+    Ok(trace)
+}
+
+fn unique(trace: &[u64]) -> usize {
+    let mut seen = std::collections::HashSet::with_capacity(trace.len() / 4);
+    trace.iter().filter(|k| seen.insert(**k)).count()
+}
+
+// ---------------------------------------------------------------------------------------
+// Policies. Each returns the number of hits of `trace` at `capacity` entries.
+// ---------------------------------------------------------------------------------------
+
+fn lru(trace: &[u64], capacity: usize) -> u64 {
+    let Some(cap) = std::num::NonZeroUsize::new(capacity) else {
+        return 0;
+    };
+    let mut cache = lru::LruCache::new(cap);
+    let mut hits = 0;
+    for &k in trace {
+        if cache.get(&k).is_some() {
+            hits += 1;
+        } else {
+            cache.put(k, ());
+        }
+    }
+    hits
+}
+
+/// Bélády's optimum: on a miss with a full cache, evict the key whose next use is farthest.
+/// Exact; offline (it reads the whole trace first).
+fn belady(trace: &[u64], capacity: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    const NEVER: usize = usize::MAX;
+    // next[i]: the index of the next access to trace[i] after i.
+    let mut next = vec![NEVER; trace.len()];
+    let mut last: HashMap<u64, usize> = HashMap::with_capacity(trace.len() / 4);
+    for (i, &k) in trace.iter().enumerate().rev() {
+        next[i] = last.insert(k, i).unwrap_or(NEVER);
+    }
+    // The cache maps key -> its next use; the heap holds (next use, key), lazily cleaned.
+    let mut cached: HashMap<u64, usize> = HashMap::with_capacity(capacity * 2);
+    let mut heap: BinaryHeap<(usize, u64)> = BinaryHeap::with_capacity(capacity * 2);
+    let mut hits = 0;
+    for (i, &k) in trace.iter().enumerate() {
+        if cached.contains_key(&k) {
+            hits += 1;
+        } else if cached.len() == capacity {
+            loop {
+                let (when, victim) = heap.pop().expect("a full cache has heap entries");
+                if cached.get(&victim) == Some(&when) {
+                    cached.remove(&victim);
+                    break;
+                }
+            }
+        }
+        cached.insert(k, next[i]);
+        heap.push((next[i], k));
+    }
+    hits
+}
+
+/// Replays `trace` on `threads` threads (thread t takes every `threads`-th access from t),
+/// all against one cache; `access` returns whether the access hit.
+fn concurrently(trace: &[u64], threads: usize, access: impl Fn(u64) -> bool + Sync) -> u64 {
+    let hits = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (hits, access) = (&hits, &access);
+            s.spawn(move || {
+                let mut mine = 0;
+                for &k in trace.iter().skip(t).step_by(threads) {
+                    mine += u64::from(access(k));
+                }
+                hits.fetch_add(mine, Ordering::Relaxed);
+            });
+        }
+    });
+    hits.into_inner()
+}
+
+fn runcache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
+    let cache = runcache::Cache::<u64, ()>::builder()
+        .capacity(capacity as u64)
+        .build()
+        .expect("default shards are valid");
+    concurrently(trace, threads, |k| {
+        if cache.get(&k).is_some() {
+            true
+        } else {
+            let _ = cache.insert(k, ());
+            false
+        }
+    })
+}
+
+fn moka(trace: &[u64], capacity: usize, threads: usize) -> u64 {
+    let cache = moka::sync::Cache::<u64, ()>::new(capacity as u64);
+    concurrently(trace, threads, |k| {
+        if cache.get(&k).is_some() {
+            true
+        } else {
+            cache.insert(k, ());
+            false
+        }
+    })
+}
+
+fn quick_cache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let cache = quick_cache::sync::Cache::<u64, ()>::new(capacity);
+    concurrently(trace, threads, |k| {
+        if cache.get(&k).is_some() {
+            true
+        } else {
+            cache.insert(k, ());
+            false
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------
+
+struct Options {
+    traces: Vec<(String, Trace)>,
+    fractions: Vec<f64>,
+    capacities: Vec<usize>,
+    threads: Vec<usize>,
+    svg_dir: PathBuf,
+}
+
+fn list<T: std::str::FromStr>(flag: &str, value: &str) -> Result<Vec<T>, String> {
+    value
+        .split(',')
+        .map(|v| {
+            v.parse()
+                .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
+        })
+        .collect()
+}
+
+fn synthetic_spec(flag: &str, value: &str) -> Result<(u64, f64, usize), String> {
+    let parts: Vec<&str> = value.split(':').collect();
+    let bad = || format!("{flag}: expected KEYS:EXPONENT:ACCESSES, got `{value}`");
+    if parts.len() != 3 {
+        return Err(bad());
+    }
+    let keys: u64 = parts[0].parse().map_err(|_| bad())?;
+    let s: f64 = parts[1].parse().map_err(|_| bad())?;
+    let len: usize = parts[2].parse().map_err(|_| bad())?;
+    if keys == 0 || len == 0 || !s.is_finite() || s <= 0.0 {
+        return Err(bad());
+    }
+    Ok((keys, s, len))
+}
+
+fn parse_args() -> Result<Option<Options>, String> {
+    let mut opts = Options {
+        traces: Vec::new(),
+        fractions: vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1],
+        capacities: Vec::new(),
+        threads: vec![1],
+        svg_dir: PathBuf::from("target/trace"),
+    };
+    let mut limit = usize::MAX;
+    let mut files = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match arg.as_str() {
+            "-h" | "--help" => {
+                println!(
+                    "{}",
+                    include_str!("trace.rs")
+                        .lines()
+                        .skip(3)
+                        .take(17)
+                        .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
+                return Ok(None);
+            }
+            "--zipf" => {
+                let v = value("--zipf")?;
+                let (k, s, n) = synthetic_spec("--zipf", &v)?;
+                opts.traces
+                    .push((format!("zipf-{k}-{s}-{n}"), zipf(k, s, n, 1)?));
+            }
+            "--scan-mix" => {
+                let v = value("--scan-mix")?;
+                let (k, s, n) = synthetic_spec("--scan-mix", &v)?;
+                opts.traces
+                    .push((format!("scanmix-{k}-{s}-{n}"), scan_mix(k, s, n, 1)?));
+            }
+            "--fractions" => opts.fractions = list("--fractions", &value("--fractions")?)?,
+            "--capacities" => opts.capacities = list("--capacities", &value("--capacities")?)?,
+            "--threads" => {
+                opts.threads = list("--threads", &value("--threads")?)?;
+                if opts.threads.contains(&0) {
+                    return Err("--threads: 0 threads cannot replay anything".into());
+                }
+            }
+            "--limit" => {
+                limit = value("--limit")?
+                    .parse()
+                    .map_err(|_| "--limit: not a number".to_string())?
+            }
+            "--svg-dir" => opts.svg_dir = PathBuf::from(value("--svg-dir")?),
+            flag if flag.starts_with("--") => return Err(format!("unknown flag `{flag}`")),
+            file => files.push(PathBuf::from(file)),
+        }
+    }
+    if files.is_empty() && opts.traces.is_empty() {
+        for name in ["OLTP.lis.zst", "P3.lis.zst"] {
+            let path = Path::new("../shared/traces").join(name);
+            if path.exists() {
+                files.push(path);
+            } else {
+                println!("notice: {} is absent; skipping it", path.display());
+            }
+        }
+        if files.is_empty() {
+            println!("notice: no real traces found; replaying a synthetic scan-mixed Zipf trace");
+            opts.traces.push((
+                "scanmix-100000-0.9-1000000".into(),
+                scan_mix(100_000, 0.9, 1_000_000, 1)?,
+            ));
+        }
+    }
+    for file in files {
+        let name = file
+            .file_name()
+            .map_or_else(|| "trace".into(), |n| n.to_string_lossy().into_owned());
+        opts.traces.push((name, load(&file)?));
+    }
+    for (_, t) in &mut opts.traces {
+        t.truncate(limit);
+    }
+    Ok(Some(opts))
+}
+
+/// Column name and hit count at one capacity.
+type Row = Vec<(String, u64)>;
+
+fn main() -> ExitCode {
+    let opts = match parse_args() {
+        Ok(Some(o)) => o,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("trace: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "machine: {} cores ({}); runcache {}; hit ratios in %",
+        cores,
+        std::env::consts::ARCH,
+        env!("CARGO_PKG_VERSION")
+    );
+    for (name, trace) in &opts.traces {
+        let uniq = unique(trace);
+        println!("\n{name}: {} accesses, {uniq} unique keys", trace.len());
+        let capacities: Vec<usize> = if opts.capacities.is_empty() {
+            opts.fractions
+                .iter()
+                .map(|f| ((uniq as f64 * f).round() as usize).max(1))
+                .collect()
+        } else {
+            opts.capacities.clone()
+        };
+        let mut rows: Vec<(usize, Row)> = Vec::new();
+        for &cap in &capacities {
+            let mut row: Row = vec![
+                ("belady".into(), belady(trace, cap)),
+                ("lru".into(), lru(trace, cap)),
+            ];
+            for &t in &opts.threads {
+                let tag = |p: &str| {
+                    if opts.threads.len() > 1 {
+                        format!("{p}@{t}")
+                    } else {
+                        p.into()
+                    }
+                };
+                row.push((tag("runcache"), runcache(trace, cap, t)));
+                row.push((tag("moka"), moka(trace, cap, t)));
+                row.push((tag("quick_cache"), quick_cache(trace, cap, t)));
+            }
+            rows.push((cap, row));
+        }
+        print_table(trace.len(), uniq, &rows);
+        match write_svg(&opts.svg_dir, name, trace.len(), &rows) {
+            Ok(path) => println!("plot: {}", path.display()),
+            Err(e) => eprintln!("trace: could not write the plot: {e}"),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_table(accesses: usize, uniq: usize, rows: &[(usize, Row)]) {
+    let Some((_, first)) = rows.first() else {
+        return;
+    };
+    let mut header = format!("{:>10} {:>8}", "capacity", "% uniq");
+    for (col, _) in first {
+        let _ = write!(header, " {col:>14}");
+    }
+    println!("{header}");
+    for (cap, row) in rows {
+        let mut line = format!(
+            "{cap:>10} {:>7.2}%",
+            100.0 * *cap as f64 / uniq.max(1) as f64
+        );
+        for (_, hits) in row {
+            let _ = write!(
+                line,
+                " {:>14.2}",
+                100.0 * *hits as f64 / accesses.max(1) as f64
+            );
+        }
+        println!("{line}");
+    }
+}
+
+/// Hit ratio against capacity (log scale), one line per policy.
+fn write_svg(
+    dir: &Path,
+    name: &str,
+    accesses: usize,
+    rows: &[(usize, Row)],
+) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{name}.svg"));
+    let (w, h, m) = (720.0, 420.0, 60.0);
+    let caps: Vec<f64> = rows
+        .iter()
+        .map(|(c, _)| (*c as f64).max(1.0).ln())
+        .collect();
+    let (lo, hi) = caps
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), c| (a.min(*c), b.max(*c)));
+    let span = (hi - lo).max(1e-9);
+    let x = |c: f64| m + (c - lo) / span * (w - 2.0 * m);
+    let y = |ratio: f64| h - m - ratio * (h - 2.0 * m);
+    let colors = [
+        "#000000", "#888888", "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+        "#e377c2", "#17becf", "#bcbd22",
+    ];
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n\
+         <rect width='100%' height='100%' fill='white'/>\n\
+         <text x='{m}' y='24' font-size='15'>{name}: hit ratio vs capacity</text>\n\
+         <line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n",
+        h - m, w - m, h - m, h - m
+    );
+    for pct in [0, 25, 50, 75, 100] {
+        let yy = y(pct as f64 / 100.0);
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{}' text-anchor='end'>{pct}%</text>",
+            m - 6.0,
+            yy + 4.0
+        );
+        let _ = writeln!(
+            svg,
+            "<line x1='{m}' y1='{yy}' x2='{}' y2='{yy}' stroke='#eee'/>",
+            w - m
+        );
+    }
+    for ((cap, _), c) in rows.iter().zip(&caps) {
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{}' text-anchor='middle'>{cap}</text>",
+            x(*c),
+            h - m + 16.0
+        );
+    }
+    let columns = rows.first().map_or(0, |(_, r)| r.len());
+    for col in 0..columns {
+        let label = &rows[0].1[col].0;
+        let color = colors[col % colors.len()];
+        let points: Vec<String> = rows
+            .iter()
+            .zip(&caps)
+            .map(|((_, r), c)| {
+                format!(
+                    "{:.1},{:.1}",
+                    x(*c),
+                    y(r[col].1 as f64 / accesses.max(1) as f64)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
+            points.join(" ")
+        );
+        let ly = m + 16.0 * col as f64;
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{ly}' fill='{color}'>{label}</text>",
+            w - m + 4.0 - 120.0
+        );
+    }
+    svg.push_str("</svg>\n");
+    std::fs::write(&path, svg)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Optimal hits by exhaustive search over every eviction choice (tiny traces only).
+    fn brute_force_optimum(trace: &[u64], capacity: usize) -> u64 {
+        fn go(trace: &[u64], i: usize, cache: &mut Vec<u64>, capacity: usize) -> u64 {
+            let Some(&k) = trace.get(i) else { return 0 };
+            if cache.contains(&k) {
+                return 1 + go(trace, i + 1, cache, capacity);
+            }
+            if cache.len() < capacity {
+                cache.push(k);
+                let r = go(trace, i + 1, cache, capacity);
+                cache.pop();
+                return r;
+            }
+            (0..cache.len())
+                .map(|j| {
+                    let old = std::mem::replace(&mut cache[j], k);
+                    let r = go(trace, i + 1, cache, capacity);
+                    cache[j] = old;
+                    r
+                })
+                .max()
+                .unwrap_or(0)
+        }
+        go(trace, 0, &mut Vec::new(), capacity)
+    }
+
+    #[test]
+    fn belady_on_a_hand_made_trace() {
+        // Cyclic 1 2 3 with room for 2: the optimum keeps the key used soonest.
+        let trace = [1, 2, 3, 1, 2, 3];
+        assert_eq!(belady(&trace, 2), 2);
+        assert_eq!(lru(&trace, 2), 0);
+        assert_eq!(brute_force_optimum(&trace, 2), 2);
+    }
+
+    #[test]
+    fn belady_equals_the_exhaustive_optimum_on_small_random_traces() {
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..200 {
+            let len = 4 + (s % 9) as usize;
+            let trace: Vec<u64> = (0..len)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s % 5
+                })
+                .collect();
+            for cap in 1..=3 {
+                assert_eq!(
+                    belady(&trace, cap),
+                    brute_force_optimum(&trace, cap),
+                    "{trace:?} at {cap}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lru_on_a_cyclic_scan_never_hits() {
+        let trace: Vec<u64> = (0..10).cycle().take(1000).collect();
+        assert_eq!(lru(&trace, 9), 0);
+        assert_eq!(lru(&trace, 10), 990);
+    }
+
+    #[test]
+    fn runcache_is_never_below_lru_on_a_scan_mixed_zipf() {
+        let trace = scan_mix(5_000, 0.9, 100_000, 7).unwrap();
+        for cap in [50, 250, 1000] {
+            let (ours, lru) = (runcache(&trace, cap, 1), lru(&trace, cap));
+            assert!(ours >= lru, "capacity {cap}: runcache {ours} < LRU {lru}");
+        }
+    }
+
+    #[test]
+    fn lis_lines_expand_to_pages_and_keys_files_hash_words() {
+        let t = parse("10 3 0 0\n100 1 0 1\n".as_bytes(), true).unwrap();
+        assert_eq!(t, vec![10, 11, 12, 100]);
+        let t = parse("5\nabc\nabc\n".as_bytes(), false).unwrap();
+        assert_eq!((t[0], t[1] == t[2]), (5, true));
+        assert!(parse("10 x 0 0\n".as_bytes(), true)
+            .unwrap_err()
+            .contains("line 1"));
+    }
+}
