@@ -40,6 +40,9 @@ fn order(seed: u64) -> Vec<u64> {
 /// Every subject, filled with the same keys.
 struct Subjects {
     runcache: runcache::Cache<u64, u64>,
+    /// The same cache refusing instead of evicting: the evicting one's hits must stay within
+    /// 10% of it (the frequency bump must not cost a shared write per hit).
+    reject: runcache::Cache<u64, u64>,
     papaya: papaya::HashMap<u64, u64, Hasher>,
     quick: quick_cache::sync::Cache<u64, Arc<u64>>,
     moka: moka::sync::Cache<u64, Arc<u64>, Hasher>,
@@ -53,6 +56,11 @@ impl Subjects {
                 .capacity(KEYS * 2)
                 .build()
                 .unwrap(),
+            reject: runcache::Cache::builder()
+                .capacity(KEYS * 2)
+                .when_full(runcache::WhenFull::Reject)
+                .build()
+                .unwrap(),
             papaya: papaya::HashMap::with_hasher(Hasher::default()),
             quick: quick_cache::sync::Cache::new(KEYS as usize * 2),
             moka: moka::sync::Cache::builder()
@@ -62,6 +70,7 @@ impl Subjects {
         };
         for k in 0..KEYS {
             s.runcache.insert(k, k).unwrap();
+            s.reject.insert(k, k).unwrap();
             s.papaya.pin().insert(k, k);
             s.quick.insert(k, Arc::new(k));
             s.moka.insert(k, Arc::new(k));
@@ -83,6 +92,11 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
         "runcache-arc" => {
             for k in keys {
                 sum = sum.wrapping_add(*subjects.runcache.get(k).unwrap());
+            }
+        }
+        "runcache-reject-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.reject.get(k).unwrap());
             }
         }
         "runcache-pinned" => {
@@ -117,9 +131,10 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
     sum
 }
 
-const SUBJECTS: [&str; 6] = [
+const SUBJECTS: [&str; 7] = [
     "runcache-pinned",
     "runcache-arc",
+    "runcache-reject-arc",
     "papaya-pinned",
     "quick_cache-arc",
     "moka-arc",

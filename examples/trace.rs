@@ -18,8 +18,8 @@
 //!
 //! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
 //! 2003) have lines `start nblocks ignored request`; each of the `nblocks` pages from `start`
-//! counts as one access, as mokabench counts them. With several thread counts, each thread
-//! replays every T-th access of the trace against one shared cache.
+//! counts as one access, as mokabench counts them. With several thread counts, the threads
+//! share one cache and claim the trace in chunks of 64 accesses, in order.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
@@ -168,17 +168,30 @@ fn belady(trace: &[u64], capacity: usize) -> u64 {
     hits
 }
 
-/// Replays `trace` on `threads` threads (thread t takes every `threads`-th access from t),
-/// all against one cache; `access` returns whether the access hit.
+/// Replays `trace` on `threads` threads against one cache, keeping the trace's order up to
+/// a chunk: each thread claims the next `CHUNK` accesses from a shared cursor. (Handing each
+/// thread every T-th access instead lets one thread run ahead and reorders the trace, which
+/// changes hit ratios whatever the cache.) `access` returns whether the access hit.
 fn concurrently(trace: &[u64], threads: usize, access: impl Fn(u64) -> bool + Sync) -> u64 {
+    const CHUNK: usize = 64;
     let hits = AtomicU64::new(0);
+    let cursor = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for t in 0..threads {
-            let (hits, access) = (&hits, &access);
+        for _ in 0..threads {
+            let (hits, access, cursor) = (&hits, &access, &cursor);
             s.spawn(move || {
                 let mut mine = 0;
-                for &k in trace.iter().skip(t).step_by(threads) {
-                    mine += u64::from(access(k));
+                loop {
+                    let start = cursor.fetch_add(CHUNK, Ordering::Relaxed);
+                    let Some(chunk) = trace.get(start..(start + CHUNK).min(trace.len())) else {
+                        break;
+                    };
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    for &k in chunk {
+                        mine += u64::from(access(k));
+                    }
                 }
                 hits.fetch_add(mine, Ordering::Relaxed);
             });
