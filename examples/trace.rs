@@ -200,31 +200,48 @@ fn concurrently(trace: &[u64], threads: usize, access: impl Fn(u64) -> bool + Sy
     hits.into_inner()
 }
 
+/// Replays against a shared cache: look up, and insert on a miss.
+fn get_or_insert<C: Sync>(
+    trace: &[u64],
+    threads: usize,
+    cache: &C,
+    get: impl Fn(&C, u64) -> bool + Sync,
+    insert: impl Fn(&C, u64) + Sync,
+) -> u64 {
+    concurrently(trace, threads, |k| {
+        let hit = get(cache, k);
+        if !hit {
+            insert(cache, k);
+        }
+        hit
+    })
+}
+
 fn runcache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
     let cache = runcache::Cache::<u64, ()>::builder()
         .capacity(capacity as u64)
         .build()
         .expect("default shards are valid");
-    concurrently(trace, threads, |k| {
-        if cache.get(&k).is_some() {
-            true
-        } else {
-            let _ = cache.insert(k, ());
-            false
-        }
-    })
+    get_or_insert(
+        trace,
+        threads,
+        &cache,
+        |c, k| c.get(&k).is_some(),
+        |c, k| {
+            let _ = c.insert(k, ());
+        },
+    )
 }
 
 fn moka(trace: &[u64], capacity: usize, threads: usize) -> u64 {
     let cache = moka::sync::Cache::<u64, ()>::new(capacity as u64);
-    concurrently(trace, threads, |k| {
-        if cache.get(&k).is_some() {
-            true
-        } else {
-            cache.insert(k, ());
-            false
-        }
-    })
+    get_or_insert(
+        trace,
+        threads,
+        &cache,
+        |c, k| c.get(&k).is_some(),
+        |c, k| c.insert(k, ()),
+    )
 }
 
 fn quick_cache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
@@ -232,14 +249,13 @@ fn quick_cache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
         return 0;
     }
     let cache = quick_cache::sync::Cache::<u64, ()>::new(capacity);
-    concurrently(trace, threads, |k| {
-        if cache.get(&k).is_some() {
-            true
-        } else {
-            cache.insert(k, ());
-            false
-        }
-    })
+    get_or_insert(
+        trace,
+        threads,
+        &cache,
+        |c, k| c.get(&k).is_some(),
+        |c, k| c.insert(k, ()),
+    )
 }
 
 // ---------------------------------------------------------------------------------------

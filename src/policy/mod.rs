@@ -109,18 +109,18 @@ impl<T: Queued> S3Fifo<T> {
     /// Queues an entry whose value was just published with `weight`.
     pub(crate) fn admit(&self, entry: T, weight: u64, live: impl FnOnce() -> usize) {
         let meta = entry.meta();
-        // Relaxed: queue-size hints and a frequency reset for a fresh entry.
+        // Relaxed: a queue-size hint.
         meta.weight.store(weight, Ordering::Relaxed);
         meta.set_freq(0);
         // The ghost is direct-mapped and lossy: a collision only costs a misplaced entry.
+        // Relaxed: a hint.
         let remembered = self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == entry.hash();
         if remembered {
-            self.main_weight.fetch_add(weight, Ordering::Relaxed);
-            self.main.push(entry);
+            push(&self.main, &self.main_weight, entry);
         } else {
-            self.small_weight.fetch_add(weight, Ordering::Relaxed);
-            self.small.push(entry);
+            push(&self.small, &self.small_weight, entry);
         }
+        // Relaxed: only paces the compaction check.
         if self.admitted.fetch_add(1, Ordering::Relaxed) % 64 == 63 {
             self.compact_if_needed(live());
         }
@@ -137,44 +137,29 @@ impl<T: Queued> S3Fifo<T> {
             // Relaxed: queue-size hints.
             let small_heavy = self.small_weight.load(Ordering::Relaxed) >= capacity / 10;
             if small_heavy || self.main.is_empty() {
-                if let Some(e) = self.small.pop() {
-                    self.small_weight.fetch_sub(
-                        e.meta()
-                            .weight()
-                            .min(self.small_weight.load(Ordering::Relaxed)),
-                        Ordering::Relaxed,
-                    );
+                if let Some(e) = pop(&self.small, &self.small_weight) {
                     if !e.is_cached() {
                         continue;
                     }
                     if e.meta().freq() > 0 {
                         e.meta().set_freq(0);
-                        self.main_weight
-                            .fetch_add(e.meta().weight(), Ordering::Relaxed);
-                        self.main.push(e);
+                        push(&self.main, &self.main_weight, e);
                         continue;
                     }
+                    // Relaxed: a hint.
                     self.ghost_slot(e.hash()).store(e.hash(), Ordering::Relaxed);
                     return Some(e);
                 }
             }
-            match self.main.pop() {
+            match pop(&self.main, &self.main_weight) {
                 Some(e) => {
-                    self.main_weight.fetch_sub(
-                        e.meta()
-                            .weight()
-                            .min(self.main_weight.load(Ordering::Relaxed)),
-                        Ordering::Relaxed,
-                    );
                     if !e.is_cached() {
                         continue;
                     }
                     let f = e.meta().freq();
                     if f > 0 {
                         e.meta().set_freq(f - 1);
-                        self.main_weight
-                            .fetch_add(e.meta().weight(), Ordering::Relaxed);
-                        self.main.push(e);
+                        push(&self.main, &self.main_weight, e);
                         continue;
                     }
                     return Some(e);
@@ -206,17 +191,13 @@ impl<T: Queued> S3Fifo<T> {
             (&self.main, &self.main_weight),
         ] {
             for _ in 0..queue.len() {
-                let Some(e) = queue.pop() else { break };
+                let Some(e) = pop(queue, weight) else { break };
                 if e.is_cached() {
-                    queue.push(e);
-                } else {
-                    weight.fetch_sub(
-                        e.meta().weight().min(weight.load(Ordering::Relaxed)),
-                        Ordering::Relaxed,
-                    );
+                    push(queue, weight, e);
                 }
             }
         }
+        // Release: pairs with the Acquire of the next compactor's election.
         self.compacting.store(false, Ordering::Release);
     }
 
@@ -310,4 +291,22 @@ mod tests {
         assert!(p.victim(100).is_none(), "no live entry to evict");
         assert_eq!(p.queued(), 0);
     }
+}
+
+/// Pops a queue's oldest entry and takes its weight off the queue's total.
+fn pop<T: Queued>(queue: &SegQueue<T>, total: &AtomicU64) -> Option<T> {
+    let e = queue.pop()?;
+    let w = e.meta().weight();
+    // Relaxed: a queue-size hint; saturating, since the totals are hints too.
+    let _ = total.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+        Some(t.saturating_sub(w))
+    });
+    Some(e)
+}
+
+/// Appends an entry to a queue and adds its weight to the queue's total.
+fn push<T: Queued>(queue: &SegQueue<T>, total: &AtomicU64, e: T) {
+    // Relaxed: a queue-size hint.
+    total.fetch_add(e.meta().weight(), Ordering::Relaxed);
+    queue.push(e);
 }

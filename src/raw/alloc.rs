@@ -176,18 +176,20 @@ impl Allocation {
     }
 
     pub(crate) fn as_slice(&self) -> Option<&[u8]> {
+        if !self.allocator.host_accessible() {
+            return None;
+        }
         // SAFETY: host-accessible memory of `size` bytes owned by `self` (BufferAllocator's
         // contract); shared borrows only read.
-        self.allocator
-            .host_accessible()
-            .then(|| unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.size) })
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.size) })
     }
 
     pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        if !self.allocator.host_accessible() {
+            return None;
+        }
         // SAFETY: as in `as_slice`; `&mut self` makes the borrow unique.
-        self.allocator
-            .host_accessible()
-            .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) })
     }
 }
 

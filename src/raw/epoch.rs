@@ -112,10 +112,9 @@ impl Domain {
             },
             Err(_) => return self.pin_unregistered(),
         };
-        // SAFETY: the handle is boxed inside this thread's entry for this cache, which is
-        // removed only when this cache drops (impossible while `&self` lives) or when the
-        // thread's locals are destroyed (impossible while the thread runs this code). The stats
-        // block lives as long as `self.stats`.
+        // The handle is boxed in this thread's entry for this cache, removed only when the cache
+        // drops (impossible while `&self` lives) or the thread's locals are destroyed.
+        // SAFETY: so the handle is alive; the stats block lives as long as `self.stats`.
         unsafe { ((*handle).pin(), &*stats) }
     }
 
