@@ -138,6 +138,7 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
 impl<K, V, S> CacheBuilder<K, V, S> {
     /// The capacity: a number of entries with the default weigher, else a total weight
     /// (bytes, say). 0 makes a disabled cache that caches nothing. Default: `u64::MAX`.
+    /// [`Cache::new`] takes it as its argument.
     pub fn capacity(mut self, capacity: u64) -> Self {
         self.capacity = capacity;
         self
@@ -308,8 +309,10 @@ where
     /// If a build for `key` is in flight, waits for it and then replaces its result.
     ///
     /// # Errors
-    /// When the entry's weight does not fit in the free capacity (or the cache is disabled),
-    /// nothing changes and [`InsertError`] hands `key` and `value` back.
+    /// When the entry cannot be cached, nothing changes and [`InsertError`] hands `key` and
+    /// `value` back: an evicting cache refuses only an entry heavier than its whole capacity
+    /// (or anything at capacity 0, or when every other entry is being built); a rejecting
+    /// cache ([`WhenFull::Reject`]) refuses any entry that does not fit in the free capacity.
     pub fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, InsertError<K, V>> {
         self.raw.insert(key, value).map_err(|r| InsertError {
             key: r.key,
@@ -324,8 +327,8 @@ where
     /// # Single flight
     /// `build` runs at most once per key at a time: callers that ask for a key being built
     /// park on the entry (a futex; no spinning, no lock) and receive the same `Arc` when it is
-    /// ready. If the built value does not fit in the capacity it is still returned, to this
-    /// caller and to those waiting, but not cached.
+    /// ready. A value that cannot be cached (see [`insert`](Self::insert) for when) is still
+    /// returned, to this caller and to those waiting, but not cached.
     ///
     /// # Panics
     /// A panic in `build` (or in the weigher) reaches this caller; the entry is released, and
@@ -453,7 +456,8 @@ where
     }
 
     /// Changes the capacity. A larger one keeps every entry; a smaller one removes entries
-    /// until the rest fits (they count as evictions); 0 clears the cache and disables it, so
+    /// until the rest fits — in eviction-policy order for an evicting cache, in table order
+    /// for a rejecting one (they count as evictions); 0 clears the cache and disables it, so
     /// that every `get_or_*` call builds and returns its value uncached.
     pub fn set_capacity(&self, capacity: u64) {
         self.raw.set_capacity(capacity);
