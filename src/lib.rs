@@ -113,6 +113,8 @@
 //! - [`constant`]: per-device constant tensor caches with byte budgets in MiB, environment
 //!   configuration (`RUNCACHE_CONSTANT_CACHE_CAPACITY`), and reference-counted
 //!   [`ConstantBuffer`]s made through a [`BufferAllocator`].
+//! - [`pool`]: a lock-free manager of reusable memory pools for cached objects' scratch
+//!   memory.
 //!
 //! # Performance
 //!
@@ -129,6 +131,7 @@ mod cache;
 pub mod constant;
 mod error;
 mod policy;
+pub mod pool;
 mod raw;
 mod sync;
 
@@ -137,7 +140,7 @@ pub use cache::{
     WhenFull, MAX_SHARDS,
 };
 pub use constant::ConstantBuffer;
-pub use error::{AllocError, ConfigError, InsertError};
+pub use error::{AllocError, ConfigError, InsertError, PoolError};
 pub use raw::alloc::{BufferAllocator, DeviceKind, HostAllocator};
 
 /// Ends the calling modelled thread's registrations with every cache, exactly as thread-local

@@ -20,10 +20,11 @@
 
 #[cfg(not(runcache_loom))]
 mod imp {
+    pub(crate) use std::sync::atomic::fence;
     pub(crate) use std::sync::atomic::{
         AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
     };
-    pub(crate) use std::thread::yield_now;
+    pub(crate) use std::thread::{self as thread, yield_now};
 
     /// Declares a thread-local (std's here, loom's in the model).
     macro_rules! local_key {
@@ -46,6 +47,11 @@ mod imp {
             f(self.0.get())
         }
 
+        #[inline]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+
         pub(crate) fn into_inner(self) -> T {
             self.0.into_inner()
         }
@@ -61,6 +67,11 @@ mod imp {
     #[inline]
     pub(crate) fn wake_all(atomic: &AtomicU32) {
         atomic_wait::wake_all(atomic);
+    }
+
+    /// Parks the calling thread until it is unparked or `timeout` passes (or spuriously).
+    pub(crate) fn park_timeout(timeout: std::time::Duration) {
+        std::thread::park_timeout(timeout);
     }
 
     /// Two `u64` halves (`lo`, `hi`) updated together by one atomic operation.
@@ -115,11 +126,12 @@ mod imp {
 #[cfg(runcache_loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
+    pub(crate) use loom::sync::atomic::fence;
     pub(crate) use loom::sync::atomic::{
         AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
     };
     use loom::sync::Mutex;
-    pub(crate) use loom::thread::yield_now;
+    pub(crate) use loom::thread::{self as thread, yield_now};
 
     /// Declares a thread-local that loom gives each modelled thread its own copy of.
     macro_rules! local_key {
@@ -143,6 +155,12 @@ mod imp {
 
     /// Model of a futex wake: waiters re-check the word themselves (see `wait`).
     pub(crate) fn wake_all(_atomic: &AtomicU32) {}
+
+    /// Model of a timed park: loom has no clock, so a timed park is a yield and the caller's
+    /// loop re-checks (timeouts themselves are not modelled).
+    pub(crate) fn park_timeout(_timeout: std::time::Duration) {
+        loom::thread::yield_now();
+    }
 
     /// Model of the 128-bit pair: each operation is one critical section, which is exactly
     /// the linearizable behaviour of the `cmpxchg16b` version.

@@ -42,6 +42,7 @@ pub(crate) mod alloc;
 pub(crate) mod counter;
 pub(crate) mod epoch;
 pub(crate) mod list;
+pub(crate) mod pool;
 pub(crate) mod slot;
 
 use crate::policy::S3Fifo;

@@ -1,0 +1,367 @@
+//! The pool manager's engine: an append-only array of pool slots and two lock-free free lists
+//! of slot indices (free pools, and empty slots whose pool was freed by `clear`).
+//!
+//! # Invariants
+//!
+//! - **P1.** A slot's pool is accessed only by the thread that holds the slot: the one that
+//!   popped its index from a free list, or that claimed it fresh from `len`. Holding is
+//!   exclusive because an index is in at most one free list at a time and a pop removes it.
+//! - **P2.** Slots are never freed while the manager lives, so reading a stale `next` of a slot
+//!   that another thread popped meanwhile is harmless: the tag in the list head then differs,
+//!   and the CAS that would use the stale value fails (no ABA).
+//! - **P3.** A push publishes the slot's contents (Release) to the next popper (Acquire).
+
+use crate::sync::{
+    fence, thread, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell,
+};
+use std::ops::{Deref, DerefMut};
+
+/// Segments of the slot array: segment `s` holds `FIRST << s` slots.
+const SEGMENTS: usize = 26;
+const FIRST: usize = 64;
+
+struct Slot<P> {
+    pool: UnsafeCell<Option<P>>,
+    /// The next index + 1 in whichever free list holds this slot (0 = end).
+    next: AtomicU32,
+}
+
+/// A lock-free stack of slot indices with an ABA tag in the head.
+struct FreeList {
+    /// `tag << 32 | (index + 1)`; index + 1 = 0 means empty.
+    head: AtomicU64,
+}
+
+impl FreeList {
+    fn new() -> Self {
+        Self {
+            head: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The slots and free lists of one pool manager.
+pub(crate) struct PoolSlots<P> {
+    segments: [AtomicPtr<Slot<P>>; SEGMENTS],
+    /// Slots claimed so far (indices `0..len` exist).
+    len: AtomicUsize,
+    free: FreeList,
+    empty: FreeList,
+}
+
+// SAFETY: pools move between threads through the free lists (P1, P3): `P: Send` suffices.
+unsafe impl<P: Send> Send for PoolSlots<P> {}
+// SAFETY: a pool is only ever accessed by the one thread that holds its slot (P1).
+unsafe impl<P: Send> Sync for PoolSlots<P> {}
+
+fn locate(index: usize) -> (usize, usize) {
+    let n = index / FIRST + 1;
+    let s = (usize::BITS - 1 - n.leading_zeros()) as usize;
+    (s, index - FIRST * ((1 << s) - 1))
+}
+
+impl<P> PoolSlots<P> {
+    pub(crate) fn new() -> Self {
+        Self {
+            segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            len: AtomicUsize::new(0),
+            free: FreeList::new(),
+            empty: FreeList::new(),
+        }
+    }
+
+    /// The slot at `index`, which exists (`index < len`, its segment allocated).
+    fn slot(&self, index: usize) -> &Slot<P> {
+        let (s, i) = locate(index);
+        // Acquire: pairs with the Release CAS in `segment`, so the slots are initialized.
+        let seg = self.segments[s].load(Ordering::Acquire);
+        debug_assert!(!seg.is_null());
+        // SAFETY: `i < FIRST << s` by `locate`; segments live as long as `self` (P2).
+        unsafe { &*seg.add(i) }
+    }
+
+    fn segment(&self, s: usize) {
+        // Acquire: pairs with the Release CAS below.
+        if !self.segments[s].load(Ordering::Acquire).is_null() {
+            return;
+        }
+        let fresh: Box<[Slot<P>]> = (0..FIRST << s)
+            .map(|_| Slot {
+                pool: UnsafeCell::new(None),
+                next: AtomicU32::new(0),
+            })
+            .collect();
+        let fresh = Box::into_raw(fresh).cast::<Slot<P>>();
+        // Release: publishes the initialized slots; Acquire on failure: pairs with the winner.
+        if self.segments[s]
+            .compare_exchange(
+                std::ptr::null_mut(),
+                fresh,
+                Ordering::Release,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // SAFETY: `fresh` was never shared; rebuild the box it came from.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, FIRST << s)) });
+        }
+    }
+
+    /// Claims a slot never used before; `None` when the index space is exhausted.
+    pub(crate) fn claim_fresh(&self) -> Option<usize> {
+        // Relaxed: the index is unique by the RMW; the segment CAS publishes the slot.
+        let index = self.len.fetch_add(1, Ordering::Relaxed);
+        if index >= u32::MAX as usize - 1 || locate(index).0 >= SEGMENTS {
+            return None;
+        }
+        self.segment(locate(index).0);
+        Some(index)
+    }
+
+    fn push(&self, list: &FreeList, index: usize) {
+        let slot = self.slot(index);
+        // Relaxed: the head CAS below publishes it.
+        let mut head = list.head.load(Ordering::Relaxed);
+        loop {
+            slot.next.store(head as u32, Ordering::Relaxed);
+            let new = ((head >> 32).wrapping_add(1) << 32) | (index as u64 + 1);
+            // Release: pairs with the Acquire in `pop` (P3): the pool's contents written by
+            // the holder happen-before the next holder's reads.
+            match list
+                .head
+                .compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    fn pop(&self, list: &FreeList) -> Option<usize> {
+        // Acquire: pairs with the Release CAS in `push` (P3).
+        let mut head = list.head.load(Ordering::Acquire);
+        loop {
+            let top = (head & u64::from(u32::MAX)) as usize;
+            if top == 0 {
+                return None;
+            }
+            // Relaxed: a stale value only makes the CAS below fail (P2).
+            let next = u64::from(self.slot(top - 1).next.load(Ordering::Relaxed));
+            let new = ((head >> 32).wrapping_add(1) << 32) | next;
+            // Acquire: pairs with the Release CAS in `push` (P3).
+            match list
+                .head
+                .compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => return Some(top - 1),
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    /// Takes a free pool's slot.
+    pub(crate) fn pop_free(&self) -> Option<usize> {
+        self.pop(&self.free)
+    }
+
+    /// Returns a held slot (with its pool) to the free list.
+    pub(crate) fn push_free(&self, index: usize) {
+        self.push(&self.free, index);
+    }
+
+    /// Takes a slot whose pool was freed, for reuse.
+    pub(crate) fn pop_empty(&self) -> Option<usize> {
+        self.pop(&self.empty)
+    }
+
+    /// Returns a held slot without a pool to the empty list.
+    pub(crate) fn push_empty(&self, index: usize) {
+        self.push(&self.empty, index);
+    }
+
+    /// Puts a pool into a slot the caller just took from `claim_fresh` or `pop_empty`.
+    pub(crate) fn fill(&self, index: usize, pool: P) {
+        // SAFETY: the caller holds `index` (P1): it came from `claim_fresh` or `pop_empty`
+        // and has not been pushed anywhere yet.
+        unsafe { self.with(index, |p| *p = Some(pool)) };
+    }
+
+    /// Takes the pool out of a slot the caller just popped from the free list.
+    pub(crate) fn take(&self, index: usize) -> Option<P> {
+        // SAFETY: the caller holds `index` (P1): it came from `pop_free` and has not been
+        // pushed back yet.
+        unsafe { self.with(index, |p| p.take()) }
+    }
+
+    /// Runs `f` on the pool of a slot the caller holds.
+    ///
+    /// # Safety
+    /// - The caller holds `index` (P1): it popped it or claimed it, and has not pushed it back.
+    pub(crate) unsafe fn with<R>(&self, index: usize, f: impl FnOnce(&mut Option<P>) -> R) -> R {
+        // SAFETY: exclusive by the caller's contract (P1).
+        self.slot(index).pool.with_mut(|p| f(unsafe { &mut *p }))
+    }
+}
+
+/// Threads parked until a pool comes back: a lock-free stack that wakers take whole.
+///
+/// Nodes are pushed by waiters and only ever removed all at once by `wake_all` (a `swap`), so
+/// there is no pop of single nodes and no ABA. A waiter that gives up (timeout, or a pool
+/// found on its re-check) leaves its node for the next `wake_all` to free; the spurious unpark
+/// that then reaches it is allowed by `park`'s contract.
+pub(crate) struct Waiters {
+    head: AtomicPtr<WaiterNode>,
+}
+
+struct WaiterNode {
+    thread: thread::Thread,
+    next: *mut WaiterNode,
+}
+
+impl Waiters {
+    pub(crate) fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Registers the calling thread; it must re-check for a free pool afterwards, then park.
+    pub(crate) fn register(&self) {
+        let node = Box::into_raw(Box::new(WaiterNode {
+            thread: thread::current(),
+            next: std::ptr::null_mut(),
+        }));
+        // Relaxed: the CAS below publishes the node.
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` is ours until the CAS publishes it.
+            unsafe { (*node).next = head };
+            // Release: pairs with the Acquire swap in `wake_all`, which reads the node.
+            match self
+                .head
+                .compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => head = actual,
+            }
+        }
+        // SeqCst: orders this registration before the caller's re-check of the free list,
+        // against `after_return`'s fence between a push and its check for waiters, so that
+        // either the waiter sees the pool or the returner sees the waiter.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Called after a pool was pushed: wakes every registered waiter, if any.
+    pub(crate) fn after_return(&self) {
+        // SeqCst: pairs with the fence in `register` (see there).
+        fence(Ordering::SeqCst);
+        // Relaxed: a quick check; the swap below takes the list with Acquire.
+        if !self.head.load(Ordering::Relaxed).is_null() {
+            self.wake_all();
+        }
+    }
+
+    fn wake_all(&self) {
+        // Acquire: pairs with the Release CAS in `register`.
+        let mut p = self.head.swap(std::ptr::null_mut(), Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: the swap made the whole list ours; each node came from `Box::into_raw`
+            // and is freed exactly once, here.
+            let node = unsafe { Box::from_raw(p) };
+            node.thread.unpark();
+            p = node.next;
+        }
+    }
+}
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        self.wake_all();
+    }
+}
+
+/// Exclusive access to one reserved pool; dropping it hands the pool back.
+///
+/// It borrows the manager: a pool never outlives the manager that owns it.
+#[must_use = "dropping the guard returns the pool at once"]
+pub struct PoolGuard<'a, P> {
+    pub(crate) slots: &'a PoolSlots<P>,
+    pub(crate) index: usize,
+    pub(crate) owner: &'a (dyn ReturnPool + Sync),
+}
+
+/// What takes a pool back when its guard drops.
+pub(crate) trait ReturnPool {
+    fn return_pool(&self, index: usize);
+}
+
+impl<P> Deref for PoolGuard<'_, P> {
+    type Target = P;
+
+    fn deref(&self) -> &P {
+        // SAFETY: the guard holds its slot (P1) until it drops, and a held slot always has a
+        // pool (the manager fills it before making the guard).
+        unsafe {
+            self.slots
+                .with(self.index, |p| p.as_ref().map(|p| p as *const P))
+                .map(|p| &*p)
+                .expect("a reserved slot holds a pool")
+        }
+    }
+}
+
+impl<P> DerefMut for PoolGuard<'_, P> {
+    fn deref_mut(&mut self) -> &mut P {
+        // SAFETY: as in `deref`; `&mut self` makes the borrow unique.
+        unsafe {
+            self.slots
+                .with(self.index, |p| p.as_mut().map(|p| p as *mut P))
+                .map(|p| &mut *p)
+                .expect("a reserved slot holds a pool")
+        }
+    }
+}
+
+impl<P> Drop for PoolGuard<'_, P> {
+    fn drop(&mut self) {
+        self.owner.return_pool(self.index);
+    }
+}
+
+impl<P: std::fmt::Debug> std::fmt::Debug for PoolGuard<'_, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PoolGuard").field(&**self).finish()
+    }
+}
+
+impl<P> Drop for PoolSlots<P> {
+    fn drop(&mut self) {
+        for (s, seg) in self.segments.iter().enumerate() {
+            // Relaxed: `&mut self`.
+            let seg = seg.load(Ordering::Relaxed);
+            if !seg.is_null() {
+                // SAFETY: allocated in `segment` with this length; freed once, here. Dropping
+                // the slots drops every pool still in them.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(seg, FIRST << s)) });
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_covers_every_index_once() {
+        let mut expected = (0, 0);
+        for index in 0..100_000 {
+            let (s, i) = locate(index);
+            if (s, i) != expected {
+                assert_eq!((s, i), (expected.0 + 1, 0), "index {index}");
+            }
+            assert!(i < FIRST << s);
+            expected = (s, i + 1);
+        }
+    }
+}
