@@ -43,6 +43,8 @@ struct Subjects {
     /// The same cache refusing instead of evicting: the evicting one's hits must stay within
     /// 10% of it (the frequency bump must not cost a shared write per hit).
     reject: runcache::Cache<u64, u64>,
+    /// OpenVINO-style multi-cache: its hit must stay within 0.8x of the core `Arc` hit.
+    multi: runcache::multi::MultiCache,
     papaya: papaya::HashMap<u64, u64, Hasher>,
     quick: quick_cache::sync::Cache<u64, Arc<u64>>,
     moka: moka::sync::Cache<u64, Arc<u64>, Hasher>,
@@ -61,6 +63,7 @@ impl Subjects {
                 .when_full(runcache::WhenFull::Reject)
                 .build()
                 .unwrap(),
+            multi: runcache::multi::MultiCache::new(KEYS * 2),
             papaya: papaya::HashMap::with_hasher(Hasher::default()),
             quick: quick_cache::sync::Cache::new(KEYS as usize * 2),
             moka: moka::sync::Cache::builder()
@@ -71,6 +74,7 @@ impl Subjects {
         for k in 0..KEYS {
             s.runcache.insert(k, k).unwrap();
             s.reject.insert(k, k).unwrap();
+            s.multi.get_or_create(&k, |k| *k);
             s.papaya.pin().insert(k, k);
             s.quick.insert(k, Arc::new(k));
             s.moka.insert(k, Arc::new(k));
@@ -92,6 +96,11 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
         "runcache-arc" => {
             for k in keys {
                 sum = sum.wrapping_add(*subjects.runcache.get(k).unwrap());
+            }
+        }
+        "multi-get_or_create" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.multi.get_or_create(k, |k| *k).0);
             }
         }
         "runcache-reject-arc" => {
@@ -131,10 +140,11 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
     sum
 }
 
-const SUBJECTS: [&str; 7] = [
+const SUBJECTS: [&str; 8] = [
     "runcache-pinned",
     "runcache-arc",
     "runcache-reject-arc",
+    "multi-get_or_create",
     "papaya-pinned",
     "quick_cache-arc",
     "moka-arc",

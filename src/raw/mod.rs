@@ -44,6 +44,7 @@ pub(crate) mod epoch;
 pub(crate) mod list;
 pub(crate) mod pool;
 pub(crate) mod slot;
+pub(crate) mod typemap;
 
 use crate::policy::S3Fifo;
 use crate::sync::Ordering;

@@ -1,0 +1,216 @@
+//! One evicting cache per key type: OpenVINO's runtime parameters cache, shared by all
+//! threads.
+//!
+//! OpenVINO's CPU plugin keeps a `MultiCache` with one LRU cache per key type (the executors of
+//! each kind of node, keyed by shapes and parameters). Its cache is not thread-safe and is
+//! duplicated per stream. A [`MultiCache`] is one cache for all threads:
+//!
+//! - [`MultiCache::get_or_create`] finds (or lazily creates, once) the cache of the key and
+//!   value types, then looks the key up with the core's single-flight `get_or_create`.
+//! - Finding the per-type cache costs no lock, no pin and no allocation: per-type caches are
+//!   never dropped before the multi-cache, so the type map is an append-only lock-free map of
+//!   `TypeId`s, and the key itself proves the stored type (no second check).
+//! - Every per-type cache evicts with the core's policy and holds at most `capacity` entries;
+//!   capacity 0 builds on every call and reports a miss.
+//! - A builder that yields no value ([`try_get_or_create`](MultiCache::try_get_or_create) with
+//!   an error, [`get_or_create_opt`](MultiCache::get_or_create_opt) with `None`) caches nothing
+//!   and is asked again next time.
+//!
+//! ```
+//! use runcache::multi::MultiCache;
+//! use runcache::Lookup;
+//!
+//! #[derive(Clone, PartialEq, Eq, Hash)]
+//! struct ConvKey { shape: [usize; 4] }
+//! #[derive(Clone, PartialEq, Eq, Hash)]
+//! struct PoolKey { window: usize }
+//!
+//! let cache = MultiCache::default(); // 5000 entries per key type, like OpenVINO
+//! let (conv, how) = cache.get_or_create(&ConvKey { shape: [1, 3, 224, 224] }, |k| k.shape.iter().product::<usize>());
+//! assert_eq!((*conv, how), (150_528, Lookup::Miss));
+//! // The value type selects the cache too, so say it where the builder does not.
+//! let (_, how) = cache.get_or_create(&ConvKey { shape: [1, 3, 224, 224] }, |_| -> usize { unreachable!() });
+//! assert_eq!(how, Lookup::Hit);
+//! let (pool, _) = cache.get_or_create(&PoolKey { window: 3 }, |k| format!("pool {}", k.window));
+//! assert_eq!(*pool, "pool 3");
+//! assert_eq!(cache.type_count(), 2);
+//! ```
+
+use crate::raw::typemap::{AsAny, TypeMap};
+use crate::{Cache, Lookup, Source};
+use std::any::Any;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// OpenVINO's default capacity per key type.
+pub const DEFAULT_CAPACITY: u64 = 5000;
+
+/// A per-type cache, type-erased, with a way to clear it without knowing its types.
+struct Erased {
+    cache: Box<dyn Any + Send + Sync>,
+    clear: fn(&(dyn Any + Send + Sync)),
+}
+
+impl AsAny for Erased {
+    fn as_any(&self) -> &(dyn Any + Send + Sync) {
+        &*self.cache
+    }
+}
+
+fn clear_cache<K, V>(cache: &(dyn Any + Send + Sync))
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+{
+    if let Some(c) = cache.downcast_ref::<Cache<K, V>>() {
+        c.clear();
+    }
+}
+
+/// One evicting cache per (key type, value type); see the [module docs](self).
+pub struct MultiCache {
+    capacity: u64,
+    /// `TypeId::of::<Cache<K, V>>()` → that cache, created on first use, kept until drop.
+    types: TypeMap<Erased>,
+}
+
+impl Default for MultiCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl MultiCache {
+    /// A multi-cache whose per-type caches each hold at most `capacity` entries (0: none, so
+    /// every call builds).
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            capacity,
+            types: TypeMap::new(),
+        }
+    }
+
+    /// The capacity of each per-type cache.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// How many per-type caches exist.
+    pub fn type_count(&self) -> usize {
+        let mut n = 0;
+        self.types.for_each(|_| n += 1);
+        n
+    }
+
+    /// The cache of `(K, V)`, created on first use. No lock, no pin, no allocation on a hit.
+    #[inline]
+    fn typed<K, V>(&self) -> &Cache<K, V>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        self.types.typed::<Cache<K, V>>(|| Erased {
+            cache: Box::new(Cache::<K, V>::new(self.capacity)),
+            clear: clear_cache::<K, V>,
+        })
+    }
+
+    fn with_cache<K, V, R>(&self, f: impl FnOnce(&Cache<K, V>) -> R) -> R
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        f(self.typed())
+    }
+
+    /// The value for `key`, built by `build` if missing, and whether it was found (the shape
+    /// of OpenVINO's `getOrCreate`). Single-flight per key, as the core cache.
+    pub fn get_or_create<K, V>(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Arc<V>, Lookup)
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        self.with_cache(|cache: &Cache<K, V>| cache.get_or_create(key, build))
+    }
+
+    /// Like [`get_or_create`](Self::get_or_create), for a builder that can fail: an error is
+    /// returned (to this caller and any that waited on the attempt), nothing is cached, and
+    /// the builder is asked again next time.
+    ///
+    /// # Errors
+    /// The builder's error.
+    pub fn try_get_or_create<K, V, E>(
+        &self,
+        key: &K,
+        build: impl FnOnce(&K) -> Result<V, E>,
+    ) -> Result<(Arc<V>, Lookup), Arc<E>>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+        E: Send + Sync + 'static,
+    {
+        self.with_cache(|cache: &Cache<K, V>| {
+            if let Some(v) = cache.get(key) {
+                return Ok((v, Lookup::Hit));
+            }
+            let fetched = cache.get_or_build(key.clone(), build)?;
+            let how = match fetched.source {
+                Source::Hit | Source::Shared => Lookup::Hit,
+                _ => Lookup::Miss,
+            };
+            Ok((fetched.value, how))
+        })
+    }
+
+    /// Like [`get_or_create`](Self::get_or_create), for a builder that may yield nothing:
+    /// `None` is returned, nothing is cached, and the builder is asked again next time.
+    pub fn get_or_create_opt<K, V>(
+        &self,
+        key: &K,
+        build: impl FnOnce(&K) -> Option<V>,
+    ) -> Option<(Arc<V>, Lookup)>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        self.try_get_or_create(key, |k| build(k).ok_or(NoValue))
+            .ok()
+    }
+
+    /// Removes the value for `key` from the cache of `(K, V)`; callers holding it keep it.
+    pub fn remove<K, V>(&self, key: &K) -> Option<Arc<V>>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        self.with_cache(|cache: &Cache<K, V>| cache.remove(key))
+    }
+
+    /// The activity counters of the cache of `(K, V)`.
+    pub fn stats<K, V>(&self) -> crate::Stats
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        self.with_cache(|cache: &Cache<K, V>| cache.stats())
+    }
+
+    /// Removes every cached value of every type (callers holding values keep them).
+    pub fn clear(&self) {
+        self.types.for_each(|e| (e.clear)(&*e.cache));
+    }
+}
+
+/// The error a `None` from an `Option` builder becomes internally.
+#[derive(Debug)]
+struct NoValue;
+
+impl fmt::Debug for MultiCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiCache")
+            .field("capacity", &self.capacity)
+            .field("types", &self.type_count())
+            .finish()
+    }
+}
