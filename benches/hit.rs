@@ -45,6 +45,8 @@ struct Subjects {
     reject: runcache::Cache<u64, u64>,
     /// OpenVINO-style multi-cache: its hit must stay within 0.8x of the core `Arc` hit.
     multi: runcache::multi::MultiCache,
+    /// Grouped cache (session, group, name): its hit must stay within 0.8x of the core hit.
+    grouped: runcache::grouped::GroupedCache<u32, u32, u64, u64>,
     papaya: papaya::HashMap<u64, u64, Hasher>,
     quick: quick_cache::sync::Cache<u64, Arc<u64>>,
     moka: moka::sync::Cache<u64, Arc<u64>, Hasher>,
@@ -64,6 +66,7 @@ impl Subjects {
                 .build()
                 .unwrap(),
             multi: runcache::multi::MultiCache::new(KEYS * 2),
+            grouped: runcache::grouped::GroupedCache::new(0),
             papaya: papaya::HashMap::with_hasher(Hasher::default()),
             quick: quick_cache::sync::Cache::new(KEYS as usize * 2),
             moka: moka::sync::Cache::builder()
@@ -75,6 +78,7 @@ impl Subjects {
             s.runcache.insert(k, k).unwrap();
             s.reject.insert(k, k).unwrap();
             s.multi.get_or_create(&k, |k| *k);
+            s.grouped.set(&0, &((k % 100) as u32), &k, k);
             s.papaya.pin().insert(k, k);
             s.quick.insert(k, Arc::new(k));
             s.moka.insert(k, Arc::new(k));
@@ -96,6 +100,12 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
         "runcache-arc" => {
             for k in keys {
                 sum = sum.wrapping_add(*subjects.runcache.get(k).unwrap());
+            }
+        }
+        "grouped-get" => {
+            for k in keys {
+                let group = (*k % 100) as u32;
+                sum = sum.wrapping_add(*subjects.grouped.get(&0, &group, k).unwrap());
             }
         }
         "multi-get_or_create" => {
@@ -140,11 +150,12 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
     sum
 }
 
-const SUBJECTS: [&str; 8] = [
+const SUBJECTS: [&str; 9] = [
     "runcache-pinned",
     "runcache-arc",
     "runcache-reject-arc",
     "multi-get_or_create",
+    "grouped-get",
     "papaya-pinned",
     "quick_cache-arc",
     "moka-arc",

@@ -11,7 +11,13 @@ use std::sync::Arc;
 
 /// The hasher a cache uses unless [`CacheBuilder::hasher`] picks another: foldhash's fast,
 /// randomly seeded hasher (the one hashbrown uses).
+#[cfg(not(runcache_loom))]
 pub type DefaultHashBuilder = foldhash::fast::RandomState;
+
+/// Under the loom models, every default hasher has a fixed seed: loom replays each
+/// interleaving many times, and random seeds would make the replays differ.
+#[cfg(runcache_loom)]
+pub type DefaultHashBuilder = foldhash::fast::FixedState;
 
 /// The largest shard count a builder accepts.
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -285,6 +291,20 @@ where
         self.raw.get(key, &pin).map(|p| Arc::clone(p.value()))
     }
 
+    /// The cached value of the key `eq` accepts, found by a `probe` that hashes exactly as that
+    /// key does: a tuple of references to a tuple key's fields hashes as the tuple itself, so
+    /// layers above look tuple keys up without building (cloning) one.
+    pub(crate) fn get_eq<Q: Hash + ?Sized>(
+        &self,
+        probe: &Q,
+        eq: impl Fn(&K) -> bool,
+    ) -> Option<Arc<V>> {
+        let pin = self.raw.pin();
+        self.raw
+            .get_eq(probe, eq, &pin)
+            .map(|p| Arc::clone(p.value()))
+    }
+
     /// Pins the cache on this thread for a run of reads that touch no reference count; see
     /// [`Pinned`].
     pub fn pin(&self) -> Pinned<'_, K, V, S> {
@@ -419,6 +439,16 @@ where
         Q: Hash + Eq + ?Sized,
     {
         self.raw.remove(key)
+    }
+
+    /// Removes the cached value for `key` only if `pred` accepts it (checked and removed in
+    /// one atomic step: a value replaced meanwhile is not removed).
+    pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&Arc<V>) -> bool) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.raw.remove_if(key, pred)
     }
 
     /// Removes every cached value (builds in flight are not affected).

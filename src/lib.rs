@@ -113,6 +113,8 @@
 //! - [`constant`]: per-device constant tensor caches with byte budgets in MiB, environment
 //!   configuration (`RUNCACHE_CONSTANT_CACHE_CAPACITY`), and reference-counted
 //!   [`ConstantBuffer`]s made through a [`BufferAllocator`].
+//! - [`grouped`]: session → input-shape group → name, evicting whole groups oldest-first
+//!   (PaddlePaddle's MKL-DNN blob cache), with per-owner clearing.
 //! - [`multi`]: one evicting cache per key type (OpenVINO's runtime parameters cache), for
 //!   all threads at once.
 //! - [`pool`]: a lock-free manager of reusable memory pools for cached objects' scratch
@@ -132,6 +134,7 @@
 mod cache;
 pub mod constant;
 mod error;
+pub mod grouped;
 pub mod multi;
 mod policy;
 pub mod pool;

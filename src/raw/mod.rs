@@ -231,15 +231,25 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = self.hash(key);
+        self.get_eq(key, |k| k.borrow() == key, pin)
+    }
+
+    /// The cached value of the key that `eq` accepts, where `probe` hashes exactly as that key
+    /// does (a tuple of references to a tuple key's fields, say); reads only.
+    #[inline]
+    pub(crate) fn get_eq<'g, Q>(
+        &self,
+        probe: &Q,
+        eq: impl Fn(&K) -> bool,
+        pin: &'g Pin<'_>,
+    ) -> Option<&'g Published<V>>
+    where
+        Q: Hash + ?Sized,
+    {
+        let hash = self.hash(probe);
         let found = self
             .shard(hash)
-            .find(
-                hash,
-                list::so_entry(hash),
-                |k| k.borrow() == key,
-                &pin.guard,
-            )
+            .find(hash, list::so_entry(hash), eq, &pin.guard)
             .and_then(|n| match n.view(&pin.guard) {
                 View::Ready(p) => {
                     self.touch(n);
@@ -247,12 +257,13 @@ where
                 }
                 _ => None,
             });
-        pin.stats.bump(if found.is_some() {
-            Counter::Hit
-        } else {
-            Counter::Miss
-        });
+        self.record_hit_or_miss(found.is_some(), pin.stats);
         found
+    }
+
+    #[inline]
+    fn record_hit_or_miss(&self, hit: bool, stats: &StatsBlock) {
+        stats.bump(if hit { Counter::Hit } else { Counter::Miss });
     }
 
     /// The single-flight path shared by every `get_or_*` method.
@@ -602,21 +613,50 @@ where
         guard: &Guard,
         cause: RemovalCause,
     ) -> Option<Arc<V>> {
-        // AcqRel: Acquire makes the box's contents ours; Release orders our null after them.
-        let old = node.value.swap(Shared::null(), Ordering::AcqRel, guard);
-        if old.is_null() {
-            return None;
-        }
+        self.take_if(node, shard, guard, cause, |_| true)
+    }
+
+    /// [`take`](Self::take), only if `pred` accepts the value cached at that moment.
+    fn take_if(
+        &self,
+        node: &Node<K, V>,
+        shard: &Shard<K, V>,
+        guard: &Guard,
+        cause: RemovalCause,
+        pred: impl Fn(&Arc<V>) -> bool,
+    ) -> Option<Arc<V>> {
+        // Acquire: pairs with the Release that published the box, whose value `pred` reads.
+        let mut current = node.value.load(Ordering::Acquire, guard);
+        let old = loop {
+            // SAFETY: a box loaded under `guard` lives until the guard drops (I6).
+            let p = unsafe { current.as_ref() }?;
+            if !pred(p.value()) {
+                return None;
+            }
+            // AcqRel: Acquire makes the box's contents ours; Release orders our null after
+            // them. The CAS fails if a replacement or another removal got there first.
+            match node.value.compare_exchange(
+                current,
+                Shared::null(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+                guard,
+            ) {
+                Ok(_) => break current,
+                Err(e) => current = e.current,
+            }
+        };
         // Relaxed: a size statistic.
         shard.live.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: our swap took the box out of the cell.
+        // SAFETY: our CAS took the box out of the cell.
         let value = unsafe { self.retire_value(old, 0, guard) };
         shard.delete(node, guard);
         self.notify(node.key(), &value, cause);
         Some(value)
     }
 
-    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    /// Removes the value for `key` if `pred` accepts it.
+    pub(crate) fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&Arc<V>) -> bool) -> Option<Arc<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -630,12 +670,20 @@ where
             |k| k.borrow() == key,
             &pin.guard,
         )?;
-        let removed = self.take(node, shard, &pin.guard, RemovalCause::Removed);
+        let removed = self.take_if(node, shard, &pin.guard, RemovalCause::Removed, pred);
         if removed.is_some() {
             pin.stats.bump(Counter::Removal);
             pin.guard.flush();
         }
         removed
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove_if(key, |_| true)
     }
 
     /// Removes every cached entry; returns how many this call removed.
