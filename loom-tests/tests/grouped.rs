@@ -7,13 +7,18 @@ use loom::sync::Arc;
 use loom::thread;
 use runcache::grouped::GroupedCache;
 
-#[test]
-fn group_eviction_racing_a_lookup() {
-    // One grouped operation touches several caches (values, sessions, groups) and queues,
-    // so an execution has more branch points than loom's default limit of 1,000.
+/// Runs a model with a higher branch limit: one grouped operation touches several caches
+/// (values, sessions, groups) and queues, so an execution has more branch points than loom's
+/// default limit of 1,000.
+fn check(model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 100_000;
-    builder.check(|| {
+    builder.check(model);
+}
+
+#[test]
+fn group_eviction_racing_a_lookup() {
+    check(|| {
         let c: Arc<GroupedCache<u8, u8, u8, u32>> = Arc::new(GroupedCache::new(1));
         c.set(&0, &1, &7, 10);
         let evictor = {
@@ -38,9 +43,7 @@ fn group_eviction_racing_a_lookup() {
 /// and the fences in `record` / `evict_group`).
 #[test]
 fn a_set_into_an_evicted_group_leaves_no_orphan() {
-    let mut builder = loom::model::Builder::new();
-    builder.max_branches = 100_000;
-    builder.check(|| {
+    check(|| {
         let c: Arc<GroupedCache<u8, u8, u8, u32>> = Arc::new(GroupedCache::new(1));
         c.set(&0, &1, &7, 10);
         let evictor = {
