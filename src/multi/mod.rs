@@ -116,14 +116,6 @@ impl MultiCache {
         })
     }
 
-    fn with_cache<K, V, R>(&self, f: impl FnOnce(&Cache<K, V>) -> R) -> R
-    where
-        K: Hash + Eq + Send + Sync + 'static,
-        V: Send + Sync + 'static,
-    {
-        f(self.typed())
-    }
-
     /// The value for `key`, built by `build` if missing, and whether it was found (the shape
     /// of OpenVINO's `getOrCreate`). Single-flight per key, as the core cache.
     pub fn get_or_create<K, V>(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Arc<V>, Lookup)
@@ -131,7 +123,7 @@ impl MultiCache {
         K: Hash + Eq + Clone + Send + Sync + 'static,
         V: Send + Sync + 'static,
     {
-        self.with_cache(|cache: &Cache<K, V>| cache.get_or_create(key, build))
+        self.typed::<K, V>().get_or_create(key, build)
     }
 
     /// Like [`get_or_create`](Self::get_or_create), for a builder that can fail: an error is
@@ -150,17 +142,16 @@ impl MultiCache {
         V: Send + Sync + 'static,
         E: Send + Sync + 'static,
     {
-        self.with_cache(|cache: &Cache<K, V>| {
-            if let Some(v) = cache.get(key) {
-                return Ok((v, Lookup::Hit));
-            }
-            let fetched = cache.get_or_build(key.clone(), build)?;
-            let how = match fetched.source {
-                Source::Hit | Source::Shared => Lookup::Hit,
-                _ => Lookup::Miss,
-            };
-            Ok((fetched.value, how))
-        })
+        let cache = self.typed::<K, V>();
+        if let Some(v) = cache.get(key) {
+            return Ok((v, Lookup::Hit));
+        }
+        let fetched = cache.get_or_build(key.clone(), build)?;
+        let how = match fetched.source {
+            Source::Hit | Source::Shared => Lookup::Hit,
+            _ => Lookup::Miss,
+        };
+        Ok((fetched.value, how))
     }
 
     /// Like [`get_or_create`](Self::get_or_create), for a builder that may yield nothing:
@@ -184,7 +175,7 @@ impl MultiCache {
         K: Hash + Eq + Send + Sync + 'static,
         V: Send + Sync + 'static,
     {
-        self.with_cache(|cache: &Cache<K, V>| cache.remove(key))
+        self.typed::<K, V>().remove(key)
     }
 
     /// The activity counters of the cache of `(K, V)`.
@@ -193,7 +184,7 @@ impl MultiCache {
         K: Hash + Eq + Send + Sync + 'static,
         V: Send + Sync + 'static,
     {
-        self.with_cache(|cache: &Cache<K, V>| cache.stats())
+        self.typed::<K, V>().stats()
     }
 
     /// Removes every cached value of every type (callers holding values keep them).

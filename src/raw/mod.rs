@@ -257,13 +257,12 @@ where
                 }
                 _ => None,
             });
-        self.record_hit_or_miss(found.is_some(), pin.stats);
+        pin.stats.bump(if found.is_some() {
+            Counter::Hit
+        } else {
+            Counter::Miss
+        });
         found
-    }
-
-    #[inline]
-    fn record_hit_or_miss(&self, hit: bool, stats: &StatsBlock) {
-        stats.bump(if hit { Counter::Hit } else { Counter::Miss });
     }
 
     /// The single-flight path shared by every `get_or_*` method.
