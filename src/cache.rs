@@ -524,6 +524,14 @@ where
     pub fn buckets(&self) -> usize {
         self.raw.buckets()
     }
+
+    /// For tests: entries that died but were never marked for unlinking. Zero whenever no
+    /// operation is in flight; anything else is a node nobody will ever unlink (a leak until
+    /// the cache drops).
+    #[doc(hidden)]
+    pub fn __dead_unmarked(&self) -> usize {
+        self.raw.dead_unmarked()
+    }
 }
 
 impl<K, V, S> fmt::Debug for Cache<K, V, S>

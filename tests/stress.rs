@@ -155,6 +155,11 @@ fn mixed_operations_leak_nothing_and_account_exactly() {
             "weighted size must equal live weights"
         );
         assert!(cache.weighted_size() <= cache.capacity());
+        assert_eq!(
+            cache.__dead_unmarked(),
+            0,
+            "every entry that died must be marked for unlinking"
+        );
         let s = cache.stats();
         assert!(s.builds > 0 && s.hits > 0 && s.build_failures > 0, "{s:?}");
     }

@@ -224,3 +224,28 @@ fn a_removed_value_drops_once_after_its_last_holder() {
         );
     });
 }
+
+/// (e) A `clear` racing a build: the remover may empty the cell after the builder published
+/// its value but before it finished the slot. Exactly one of them must then unlink the node —
+/// it is neither marked while still building (a debug assertion) nor left dead and linked.
+#[test]
+fn a_clear_racing_a_build_leaves_no_dead_node_behind() {
+    loom::model(|| {
+        let c = Arc::new(cache(4));
+        let c2 = c.clone();
+        let builder = thread::spawn(move || {
+            let v = c2.get_or_insert_with(1, || 7);
+            assert_eq!(*v, 7);
+            runcache::__loom_thread_exit();
+        });
+        c.clear();
+        builder.join().unwrap();
+        assert!(c.len() <= 1);
+        assert_eq!(
+            c.__dead_unmarked(),
+            0,
+            "a dead node was left linked and unmarked"
+        );
+        assert_eq!(c.weighted_size(), c.len() as u64);
+    });
+}

@@ -548,6 +548,15 @@ impl<K, V> Shard<K, V> {
         let n = unsafe { &*node };
         // Relaxed: published by the Release CAS below.
         n.next.store(pos.curr, Ordering::Relaxed);
+        // Counted before the link, so the count of a node that is removed (and uncounted in
+        // `retire`) as soon as it is linked never dips below zero.
+        // Relaxed: the counts only steer growth and report sizes; the Release CAS below
+        // orders this before any removal of the node.
+        let count = if n.is_entry() {
+            self.count.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            0
+        };
         // Release: pairs with the Acquire loads of `next`; publishes the node's fields.
         let linked = pos
             .pred
@@ -560,9 +569,10 @@ impl<K, V> Shard<K, V> {
                 guard,
             )
             .is_ok();
-        if linked && n.is_entry() {
-            // Relaxed: the counts only steer growth and report sizes.
-            let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        if !linked && n.is_entry() {
+            // Relaxed: as above.
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        } else if linked && n.is_entry() {
             let size = self.buckets();
             if count > size * LOAD_FACTOR && size < (1 << (SEGMENTS - 1)) {
                 let _ = self.size.compare_exchange(
@@ -602,6 +612,25 @@ impl<K, V> Shard<K, V> {
         // SAFETY: readers that can still reach `raw` are pinned; the closure runs after they
         // unpin. `raw` came from `Arc::into_raw` (I1) and the list's count is released once.
         unsafe { guard.defer_unchecked(move || drop(Arc::from_raw(raw))) };
+    }
+
+    /// How many linked entry nodes are dead but not marked: zero whenever no operation is in
+    /// flight, since every node that dies is marked by the thread that killed it (I3, I4).
+    pub(crate) fn dead_unmarked(&self, guard: &Guard) -> usize {
+        let mut count = 0;
+        // SAFETY: bucket 0's dummy exists from creation and is never unlinked.
+        let head = unsafe { &*self.bucket(0) };
+        // Acquire (every `next` load): pairs with the Release CAS that linked the node.
+        let mut curr = head.next.load(Ordering::Acquire, guard);
+        // SAFETY: as in `find`.
+        while let Some(c) = unsafe { curr.as_ref() } {
+            let next = c.next.load(Ordering::Acquire, guard);
+            if c.is_entry() && next.tag() == 0 && !c.is_live(guard) {
+                count += 1;
+            }
+            curr = next;
+        }
+        count
     }
 
     /// Calls `f` on every entry node until it returns `false`.

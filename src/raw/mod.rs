@@ -21,7 +21,11 @@
 //! - **I3 (deletion).** Tag bit 1 on a node's own `next` marks it deleted. A marked `next` is
 //!   never changed again; a node is marked only once it is dead (I4). Readers never write: they
 //!   step over marked nodes, whose `next` still leads forward. Writers unlink marked nodes they
-//!   pass.
+//!   pass. The thread that kills a node marks it, with one exception: a builder publishes its
+//!   value before it finishes the slot, and a remover that empties the cell in between finds
+//!   the node still `LOADING` (live). Then the builder marks it after finishing; a SeqCst fence
+//!   on each side guarantees that one of the two sees the other, so a dead node is never left
+//!   unmarked.
 //! - **I4 (liveness).** An entry node is *live* while its slot is `LOADING`, or `READY` with a
 //!   non-null value cell. It never becomes live again once dead. A new entry is linked only at
 //!   the start of its key's run, by a CAS on the predecessor that fails if the run changed since
@@ -47,14 +51,14 @@ pub(crate) mod slot;
 pub(crate) mod typemap;
 
 use crate::policy::S3Fifo;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 use crate::RemovalCause;
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::{Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
 use list::{Node, Outcome, Published, Shard, View};
-use slot::{DEAD, READY};
+use slot::{DEAD, LOADING, READY};
 use std::any::Any;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -426,6 +430,17 @@ where
                     // Release: pairs with the Acquire load in `Node::view`.
                     node.value.store(boxed, Ordering::Release);
                     node.slot.finish(READY);
+                    // A remover (`clear`, say) may have emptied the cell between the store and
+                    // `finish`: it then saw `LOADING` and left the node's deletion to us (I3).
+                    // SeqCst: pairs with the fence in `take_if`: either it sees `READY` and
+                    // deletes the node, or this thread sees its null (store-buffering).
+                    fence(Ordering::SeqCst);
+                    let pin = self.pin();
+                    // Relaxed: ordered by the fence; only compared with null.
+                    if node.value.load(Ordering::Relaxed, &pin.guard).is_null() {
+                        shard.delete(&node, &pin.guard);
+                    }
+                    drop(pin);
                     self.admit(Arc::clone(&node), weight);
                     attempt.done = true;
                     return Served::Built {
@@ -649,7 +664,14 @@ where
         shard.live.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: our CAS took the box out of the cell.
         let value = unsafe { self.retire_value(old, 0, guard) };
-        shard.delete(node, guard);
+        // SeqCst: pairs with the fence in `build_into`. A builder publishes its value before
+        // it finishes the slot; if we emptied the cell in between, the node is not dead yet
+        // (I4) and must not be marked (I3): the builder re-checks the cell after finishing
+        // and deletes it. The fences make sure at least one of us sees the other.
+        fence(Ordering::SeqCst);
+        if node.slot.state() != LOADING {
+            shard.delete(node, guard);
+        }
         self.notify(node.key(), &value, cause);
         Some(value)
     }
@@ -805,6 +827,16 @@ where
 
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Linked entry nodes that are dead but unmarked, over every shard (see
+    /// [`Shard::dead_unmarked`]).
+    pub(crate) fn dead_unmarked(&self) -> usize {
+        let pin = self.pin();
+        self.shards
+            .iter()
+            .map(|s| s.dead_unmarked(&pin.guard))
+            .sum()
     }
 
     /// Bucket count of every shard (for growth tests).
