@@ -519,6 +519,19 @@ where
         self.raw.shard_count()
     }
 
+    /// Runs the destructors of values that left the cache (removed, replaced, evicted,
+    /// cleared) and that nobody holds any more, as far as other threads allow.
+    ///
+    /// A value that leaves the cache is not dropped at once: a reader on another thread may
+    /// still be looking at it through a [`pin`](Self::pin) handle, so it is dropped through
+    /// the cache's epoch collector once no such reader can remain. That happens on its own as
+    /// threads use the cache; `reclaim` makes it happen now for everything no pinned thread
+    /// can still see — useful when values hold scarce memory (a GPU buffer) and the cache has
+    /// gone quiet. The constant caches call it after every removal.
+    pub fn reclaim(&self) {
+        self.raw.reclaim();
+    }
+
     /// The bucket count over all shards (it grows as entries are added).
     #[doc(hidden)]
     pub fn buckets(&self) -> usize {

@@ -140,12 +140,16 @@ mod policy;
 pub mod pool;
 mod raw;
 mod sync;
+#[cfg(feature = "vulkan")]
+pub mod vulkan;
 
 pub use cache::{
     Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, RemovalCause, Source, Stats,
     WhenFull, MAX_SHARDS,
 };
-pub use constant::ConstantBuffer;
+pub use constant::{ConstantBuffer, DeviceMemory};
+#[cfg(feature = "vulkan")]
+pub use error::VulkanError;
 pub use error::{AllocError, ConfigError, InsertError, PoolError};
 pub use raw::alloc::{BufferAllocator, DeviceKind, HostAllocator};
 

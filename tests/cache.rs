@@ -65,6 +65,28 @@ fn removed_values_live_while_held_and_drop_exactly_once() {
 }
 
 #[test]
+fn reclaim_drops_removed_values_nobody_holds_while_the_cache_lives() {
+    let d = drops();
+    let c = Cache::<u64, Tracked>::new(100);
+    for k in 0..50 {
+        c.insert(k, Tracked::new(k, &d)).unwrap();
+    }
+    let held = c.get(&7).unwrap();
+    drop(c.remove(&3));
+    c.clear();
+    c.reclaim();
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        49,
+        "every removed value but the held one is dropped"
+    );
+    assert_eq!(held.id, 7);
+    drop(held);
+    assert_eq!(d.load(Ordering::SeqCst), 50, "the last holder drops it");
+    assert!(c.is_empty());
+}
+
+#[test]
 fn dropping_the_cache_drops_every_value_once() {
     let d = drops();
     let n = 10_000;

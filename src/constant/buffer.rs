@@ -3,6 +3,7 @@
 use crate::error::AllocError;
 use crate::raw::alloc::Allocation;
 use crate::{BufferAllocator, DeviceKind, HostAllocator};
+use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -16,10 +17,32 @@ pub(crate) struct Ledger {
     pub(crate) rejected: AtomicU64,
 }
 
+/// Memory that a [`ConstantBuffer`] owns but that is not a host address: a Vulkan buffer
+/// (`runcache::vulkan::DeviceBuffer`), or another API's handle. It is freed by its own `Drop`
+/// when the last `Arc` to the constant buffer drops.
+///
+/// [`ConstantBuffer::device_memory`] gets the concrete type back, so a backend can reach its
+/// handle (the `vk::Buffer`, say) from a cached constant.
+pub trait DeviceMemory: Any + Send + Sync + fmt::Debug {
+    /// The size in bytes the constant occupies (what the cache charges for it).
+    fn size(&self) -> usize;
+    /// The alignment in bytes of the memory.
+    fn align(&self) -> usize;
+    /// The device the memory belongs to.
+    fn device(&self) -> DeviceKind;
+}
+
+enum Memory {
+    /// Memory at an address, from a [`BufferAllocator`].
+    Pointer(Allocation),
+    /// Memory behind a handle.
+    Device(Box<dyn DeviceMemory>),
+}
+
 /// The memory of one constant tensor: size, alignment, device, and the allocation, freed
-/// through its allocator when the last `Arc` to the buffer drops.
+/// through its allocator (or its own `Drop`) when the last `Arc` to the buffer drops.
 pub struct ConstantBuffer {
-    memory: Allocation,
+    memory: Memory,
     /// Set once a constant cache takes charge of the buffer.
     ledger: OnceLock<Arc<Ledger>>,
     /// Whether the buffer is outside its cache (and so counted in the ledger's `pinned`).
@@ -38,12 +61,32 @@ impl ConstantBuffer {
         size: usize,
         align: usize,
     ) -> Result<Self, AllocError> {
-        Ok(Self {
-            memory: Allocation::new(allocator, size, align)?,
+        Ok(Self::with_memory(Memory::Pointer(Allocation::new(
+            allocator, size, align,
+        )?)))
+    }
+
+    /// A buffer that owns `memory`, memory behind a handle (a Vulkan buffer, say).
+    pub fn from_device_memory(memory: impl DeviceMemory) -> Self {
+        Self::with_memory(Memory::Device(Box::new(memory)))
+    }
+
+    fn with_memory(memory: Memory) -> Self {
+        Self {
+            memory,
             ledger: OnceLock::new(),
             outside: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// The memory behind a handle, if the buffer was made by
+    /// [`from_device_memory`](Self::from_device_memory) with a `T`.
+    pub fn device_memory<T: DeviceMemory>(&self) -> Option<&T> {
+        match &self.memory {
+            Memory::Device(m) => (m.as_ref() as &dyn Any).downcast_ref::<T>(),
+            Memory::Pointer(_) => None,
+        }
     }
 
     /// `size` bytes of host memory aligned to [`HostAllocator::ALIGN`] (64 bytes).
@@ -56,33 +99,52 @@ impl ConstantBuffer {
 
     /// The size in bytes.
     pub fn size(&self) -> usize {
-        self.memory.size()
+        match &self.memory {
+            Memory::Pointer(a) => a.size(),
+            Memory::Device(m) => m.size(),
+        }
     }
 
     /// The alignment in bytes.
     pub fn align(&self) -> usize {
-        self.memory.align()
+        match &self.memory {
+            Memory::Pointer(a) => a.align(),
+            Memory::Device(m) => m.align(),
+        }
     }
 
     /// The device the memory belongs to.
     pub fn device(&self) -> DeviceKind {
-        self.memory.device()
+        match &self.memory {
+            Memory::Pointer(a) => a.device(),
+            Memory::Device(m) => m.device(),
+        }
     }
 
-    /// The allocation's address (a device address for device memory).
+    /// The allocation's address (a device address for device memory), or null for memory
+    /// behind a handle (see [`device_memory`](Self::device_memory)).
     pub fn as_ptr(&self) -> *const u8 {
-        self.memory.as_ptr()
+        match &self.memory {
+            Memory::Pointer(a) => a.as_ptr(),
+            Memory::Device(_) => std::ptr::null(),
+        }
     }
 
-    /// The bytes, if the host can read this memory.
+    /// The bytes, if the host can read this memory through an address.
     pub fn as_slice(&self) -> Option<&[u8]> {
-        self.memory.as_slice()
+        match &self.memory {
+            Memory::Pointer(a) => a.as_slice(),
+            Memory::Device(_) => None,
+        }
     }
 
     /// The bytes for writing, if the host can write this memory: the builder fills a buffer
     /// this way before handing it to the cache.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
-        self.memory.as_mut_slice()
+        match &mut self.memory {
+            Memory::Pointer(a) => a.as_mut_slice(),
+            Memory::Device(_) => None,
+        }
     }
 
     /// Puts the buffer in a cache's charge (once).

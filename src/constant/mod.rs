@@ -45,7 +45,7 @@
 mod buffer;
 mod config;
 
-pub use buffer::ConstantBuffer;
+pub use buffer::{ConstantBuffer, DeviceMemory};
 pub use config::{
     parse_capacity_config, CapacityConfig, CapacityParseError, CapacityParseErrorKind,
     ParsedCapacity, MAX_CAPACITY_MB,
@@ -232,6 +232,9 @@ impl ConstantCache {
         })?;
         match fetched.source {
             Source::Uncached => {
+                // The attempt's record still holds the buffer for late waiters; let it go, so
+                // the buffer lives exactly as long as its callers hold it.
+                self.cache.reclaim();
                 fetched.value.mark_outside();
                 // Relaxed: a byte statistic.
                 self.ledger
@@ -258,12 +261,16 @@ impl ConstantCache {
     /// Removes the buffer for `key` if it is cached; returns whether it was. Callers that
     /// hold the buffer keep it (it then counts in [`pinned_bytes`](Self::pinned_bytes)).
     pub fn remove_if_exist(&self, key: ConstantKey) -> bool {
-        self.cache.remove(&key).is_some()
+        let removed = self.cache.remove(&key).is_some();
+        self.cache.reclaim();
+        removed
     }
 
-    /// Removes every cached buffer.
+    /// Removes every cached buffer. Buffers nobody holds are freed before it returns (unless
+    /// another thread is in the middle of a lookup that could still see them).
     pub fn clear(&self) {
         self.cache.clear();
+        self.cache.reclaim();
     }
 
     /// Bytes of cached buffers. Never blocks, not even while a build is in flight.
@@ -291,6 +298,7 @@ impl ConstantCache {
     /// least recently used until the rest fits, 0 clears the cache and turns it off.
     pub fn set_capacity_bytes(&self, bytes: u64) {
         self.cache.set_capacity_by(bytes, |_, b| b.last_used());
+        self.cache.reclaim();
     }
 
     /// Sets the capacity in MiB (saturating at `u64::MAX` bytes); see
@@ -386,6 +394,11 @@ pub fn cache(kind: DeviceKind) -> &'static ConstantCache {
 /// What the process-wide caches read from `RUNCACHE_CONSTANT_CACHE_CAPACITY`, errors included.
 pub fn env_report() -> &'static EnvReport {
     &global().env
+}
+
+/// The capacity the environment variable set for `kind`, in MiB, if it set one.
+pub fn env_capacity_mb(kind: DeviceKind) -> Option<u64> {
+    global().env.parsed.config.get(kind)
 }
 
 /// Sets the capacity of the process-wide cache of `kind`, in MiB (overrides the environment).

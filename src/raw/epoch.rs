@@ -28,6 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Ids of caches and of threads; never reused.
+/// Rounds of [`Domain::reclaim`]: an item retired at epoch `e` is freed once the global epoch
+/// reaches `e + 2`, each round advances it at most once, and each collection frees a bounded
+/// number of bags, so a few more rounds than 2 also cover a large clear.
+const RECLAIM_ROUNDS: usize = 8;
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn next_id() -> u64 {
@@ -150,6 +155,17 @@ impl Domain {
         // other caches on this thread.
         drop(dead);
         Some(found)
+    }
+
+    /// Runs deferred destructors that no pinned thread can still need: each round pins, moves
+    /// this thread's deferred work to the collector and lets it advance the epoch and free
+    /// what expired. When no other thread is pinned, a few rounds free everything retired so
+    /// far; a thread pinned elsewhere holds back only what it could still see.
+    pub(crate) fn reclaim(&self) {
+        for _ in 0..RECLAIM_ROUNDS {
+            let (guard, _) = self.pin();
+            guard.flush();
+        }
     }
 
     /// Whether `guard` pins this cache's collector.

@@ -49,6 +49,8 @@ pub(crate) mod list;
 pub(crate) mod pool;
 pub(crate) mod slot;
 pub(crate) mod typemap;
+#[cfg(feature = "vulkan")]
+pub(crate) mod vulkan;
 
 use crate::policy::S3Fifo;
 use crate::sync::{fence, Ordering};
@@ -155,6 +157,11 @@ where
     pub(crate) fn pin(&self) -> Pin<'_> {
         let (guard, stats) = self.domain.pin();
         Pin { guard, stats }
+    }
+
+    /// See [`Domain::reclaim`].
+    pub(crate) fn reclaim(&self) {
+        self.domain.reclaim();
     }
 
     /// Whether `guard` belongs to this cache.

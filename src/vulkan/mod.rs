@@ -1,0 +1,105 @@
+//! GPU constant buffers in Vulkan device memory (cargo feature `vulkan`).
+//!
+//! Weights are uploaded once into device-local buffers and shared, through the GPU
+//! [`ConstantCache`], by every thread and every later inference.
+//!
+//! - [`VulkanContext`] wraps the instance, device and queue **the application already has**
+//!   ([`VulkanContext::from_raw`]; runcache never destroys them), or makes its own on the first
+//!   suitable physical device ([`VulkanContext::builder`]). The Vulkan loader is loaded at run
+//!   time by ash: nothing links libvulkan at build time, and a machine without Vulkan gets
+//!   [`VulkanError::Loader`] instead of a link error.
+//! - [`VulkanAllocator`] makes device-local buffers, sub-allocated from 64 MiB blocks by
+//!   [gpu-allocator] (the well-kept pure-Rust allocator of the field), with a dedicated
+//!   allocation for buffers of 64 MiB and more. It fills them by mapping when the device-local
+//!   memory is also host-visible and coherent (unified memory, ReBAR, lavapipe), and otherwise
+//!   through a recycled staging slot (a [`PoolManager`](crate::pool::PoolManager) of
+//!   host-visible buffers, each with its own command buffer and fence), a transfer copy and a
+//!   fence wait. Several threads upload at once, one staging slot each.
+//! - Requests are checked against `maxMemoryAllocationSize`, the device-local heap, the
+//!   `VK_EXT_memory_budget` budget and an optional soft limit **before** the driver is called;
+//!   each failure is a typed [`VulkanError`]. A soft limit makes out-of-memory paths testable
+//!   on any device.
+//!
+//! # Budget
+//!
+//! [`default_capacity`] is what a GPU constant cache holds unless the user says otherwise:
+//! half of what `VK_EXT_memory_budget` says this process may still use of the largest
+//! device-local heap, or, without the extension, half of that heap. Half, not all (TensorRT's
+//! default is the whole device memory), because activations, workspaces and other processes
+//! need the rest. A MiB setting from the user — [`ConstantCache::set_capacity_mb`], or the
+//! `gpu:` field of `RUNCACHE_CONSTANT_CACHE_CAPACITY` — always wins: see [`constant_cache`] and
+//! [`configure_process_cache`].
+//!
+//! # Lifetimes
+//!
+//! A [`DeviceBuffer`] is freed when the last `Arc<ConstantBuffer>` holding it drops. The
+//! contract: **hold the `Arc` until every submission that reads the buffer has completed.** A
+//! cache may evict or remove the buffer at any time, but the caller's `Arc` keeps it alive.
+//! Where holding it is awkward, [`VulkanAllocator::retire_after`] takes the `Arc` and a fence
+//! and lets go of it once the fence has signalled.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use runcache::constant::ConstantKey;
+//! use runcache::vulkan::{self, VulkanAllocator, VulkanContext};
+//!
+//! let ctx = VulkanContext::builder().build()?;
+//! let gpu = VulkanAllocator::new(ctx)?;
+//! let weights = vulkan::constant_cache(&gpu);
+//! let bytes = vec![1u8; 1 << 20]; // reordered weights
+//! let added = weights
+//!     .get_or_add(ConstantKey::new(1, 42), bytes.len(), || gpu.upload_constant(&bytes))
+//!     .expect("uploaded");
+//! let on_device = added.buffer.device_memory::<vulkan::DeviceBuffer>().unwrap();
+//! let _bind_me = on_device.buffer(); // a vk::Buffer for a descriptor set
+//! # Ok::<(), runcache::VulkanError>(())
+//! ```
+//!
+//! [gpu-allocator]: https://crates.io/crates/gpu-allocator
+
+pub use crate::error::VulkanError;
+pub use crate::raw::vulkan::{
+    DeviceBuffer, HeapBudget, VulkanAllocator, VulkanAllocatorBuilder, VulkanContext,
+    VulkanContextBuilder,
+};
+pub use ash;
+
+use crate::constant::{self, ConstantCache};
+use crate::DeviceKind;
+
+const MIB: u64 = 1 << 20;
+
+/// The default capacity of a GPU constant cache on `ctx`, in bytes: half of the budget
+/// `VK_EXT_memory_budget` leaves this process on the largest device-local heap, or half of
+/// that heap without the extension (see the [module docs](self)). 0 if the device reports no
+/// device-local heap.
+pub fn default_capacity(ctx: &VulkanContext) -> u64 {
+    ctx.device_heap().map_or(0, |heap| {
+        let available = match (heap.budget, heap.usage) {
+            (Some(budget), Some(usage)) => budget.saturating_sub(usage),
+            _ => heap.size,
+        };
+        available / 2
+    })
+}
+
+/// A GPU constant cache for buffers made by `allocator`: its capacity is the `gpu:` field of
+/// `RUNCACHE_CONSTANT_CACHE_CAPACITY` when that is set, else [`default_capacity`].
+pub fn constant_cache(allocator: &VulkanAllocator) -> ConstantCache {
+    let bytes = match constant::env_capacity_mb(DeviceKind::Gpu) {
+        Some(mb) => mb.saturating_mul(MIB),
+        None => default_capacity(allocator.context()),
+    };
+    ConstantCache::with_capacity_bytes(DeviceKind::Gpu, bytes)
+}
+
+/// Sizes the process-wide GPU cache ([`constant::cache`]`(DeviceKind::Gpu)`) from the device
+/// budget, unless the environment variable set it; returns the capacity in bytes it now has.
+pub fn configure_process_cache(ctx: &VulkanContext) -> u64 {
+    let cache = constant::cache(DeviceKind::Gpu);
+    if constant::env_capacity_mb(DeviceKind::Gpu).is_none() {
+        cache.set_capacity_bytes(default_capacity(ctx));
+    }
+    cache.capacity()
+}
