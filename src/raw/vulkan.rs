@@ -620,12 +620,21 @@ impl Staging {
         Ok(s)
     }
 
-    /// Records `copy` into the command buffer, submits it, and waits for it to finish.
-    fn run(&self, record: impl FnOnce(&ash::Device, vk::CommandBuffer)) -> Result<(), VulkanError> {
+    /// Copies `region` from `buffers.0` to `buffers.1` on the device, followed by a barrier
+    /// that makes the written bytes visible to `dst_stage`/`dst_access`; submits and waits.
+    /// Both buffers must stay alive until it returns (they do: it waits).
+    fn copy(
+        &self,
+        buffers: (vk::Buffer, vk::Buffer),
+        region: vk::BufferCopy,
+        dst_stage: vk::PipelineStageFlags,
+        dst_access: vk::AccessFlags,
+    ) -> Result<(), VulkanError> {
         let d = &self.ctx.device;
         // SAFETY: the command buffer, pool and fence belong to this slot, which one thread
         // holds at a time; the previous submission finished (we waited on the fence and
-        // reset it), so the command buffer may be reset and re-recorded.
+        // reset it), so the command buffer may be reset and re-recorded. Both buffers are
+        // alive (the caller holds them) until the fence wait below returns.
         unsafe {
             d.reset_command_buffer(self.commands, vk::CommandBufferResetFlags::empty())
                 .map_err(|r| VulkanError::from_vk("vkResetCommandBuffer", r, 0))?;
@@ -633,7 +642,19 @@ impl Staging {
                 .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
             d.begin_command_buffer(self.commands, &begin)
                 .map_err(|r| VulkanError::from_vk("vkBeginCommandBuffer", r, 0))?;
-            record(d, self.commands);
+            d.cmd_copy_buffer(self.commands, buffers.0, buffers.1, &[region]);
+            let barrier = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(dst_access)];
+            d.cmd_pipeline_barrier(
+                self.commands,
+                vk::PipelineStageFlags::TRANSFER,
+                dst_stage,
+                vk::DependencyFlags::empty(),
+                &barrier,
+                &[],
+                &[],
+            );
             d.end_command_buffer(self.commands)
                 .map_err(|r| VulkanError::from_vk("vkEndCommandBuffer", r, 0))?;
             let buffers = [self.commands];
@@ -1015,33 +1036,18 @@ impl VulkanAllocator {
             // SAFETY: the staging buffer is mapped, at least `chunk.len()` bytes long, and
             // idle (its last transfer was waited for).
             unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), staging.mapped, chunk.len()) };
-            let region = [vk::BufferCopy {
+            let region = vk::BufferCopy {
                 src_offset: 0,
                 dst_offset: at,
                 size: chunk.len() as u64,
-            }];
-            staging.run(|d, cb| {
-                // SAFETY: recording into the slot's command buffer; both buffers are alive
-                // until the fence is waited for.
-                unsafe {
-                    d.cmd_copy_buffer(cb, staging.buffer, buffer.buffer, &region);
-                    // Make the copy visible to whatever the application runs next.
-                    let barrier = [vk::MemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                        .dst_access_mask(
-                            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
-                        )];
-                    d.cmd_pipeline_barrier(
-                        cb,
-                        vk::PipelineStageFlags::TRANSFER,
-                        vk::PipelineStageFlags::ALL_COMMANDS,
-                        vk::DependencyFlags::empty(),
-                        &barrier,
-                        &[],
-                        &[],
-                    );
-                }
-            })?;
+            };
+            // Make the copy visible to whatever the application runs next.
+            staging.copy(
+                (staging.buffer, buffer.buffer),
+                region,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
+            )?;
         }
         drop(slot);
         Ok(())
@@ -1072,30 +1078,18 @@ impl VulkanAllocator {
         let staging = slot.as_ref().expect("filled by `staging`");
         for (i, chunk) in out.chunks_mut(staging.size as usize).enumerate() {
             let at = offset + i as u64 * staging.size;
-            let region = [vk::BufferCopy {
+            let region = vk::BufferCopy {
                 src_offset: at,
                 dst_offset: 0,
                 size: chunk.len() as u64,
-            }];
-            staging.run(|d, cb| {
-                // SAFETY: as in `write`.
-                unsafe {
-                    d.cmd_copy_buffer(cb, buffer.buffer, staging.buffer, &region);
-                    // Make the copy visible to the host read after the fence.
-                    let barrier = [vk::MemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                        .dst_access_mask(vk::AccessFlags::HOST_READ)];
-                    d.cmd_pipeline_barrier(
-                        cb,
-                        vk::PipelineStageFlags::TRANSFER,
-                        vk::PipelineStageFlags::HOST,
-                        vk::DependencyFlags::empty(),
-                        &barrier,
-                        &[],
-                        &[],
-                    );
-                }
-            })?;
+            };
+            // Make the copy visible to the host read after the fence.
+            staging.copy(
+                (buffer.buffer, staging.buffer),
+                region,
+                vk::PipelineStageFlags::HOST,
+                vk::AccessFlags::HOST_READ,
+            )?;
             // SAFETY: the transfer finished (fence) and the staging buffer holds `chunk.len()`
             // bytes of it.
             unsafe {
