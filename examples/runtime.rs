@@ -12,12 +12,17 @@
 //! constant tensor cache (`runcache::constant`), with a byte budget: weights that do not fit
 //! are reordered again on every use, as a memory-limited runtime would.
 //!
+//! Built with `--features vulkan`, the weights go to the GPU instead when a Vulkan device
+//! exists (or with `--gpu`): they are uploaded once into device-local buffers
+//! (`runcache::vulkan`) held by the process-wide GPU constant cache, whose budget comes from the
+//! device (`--weights-mb` still wins). `--cpu` keeps them on the host.
+//!
 //! The run has two phases over the same request distribution: *cold* (empty cache) and *warm*
 //! (the cache filled by the cold phase). It prints a table per phase.
 //!
 //! ```text
 //! cargo run --release --example runtime -- [--threads N] [--requests N] [--capacity N]
-//!                                          [--weights-mb N]
+//!                                          [--weights-mb N] [--gpu | --cpu]
 //! ```
 
 use runcache::constant::{self, ConstantKey};
@@ -143,6 +148,83 @@ struct Config {
     requests: usize,
     capacity: u64,
     weights_mb: Option<u64>,
+    /// `Some(true)`: `--gpu`; `Some(false)`: `--cpu`; `None`: the GPU if there is one.
+    gpu: Option<bool>,
+}
+
+/// Where the weights live: the CPU constant cache, or device memory through Vulkan.
+struct Store {
+    device: DeviceKind,
+    #[cfg(feature = "vulkan")]
+    gpu: Option<runcache::vulkan::VulkanAllocator>,
+}
+
+static STORE: std::sync::OnceLock<Store> = std::sync::OnceLock::new();
+
+fn store() -> &'static Store {
+    STORE.get().expect("set in main before any worker starts")
+}
+
+/// Chooses where the weights live; `Err` when `--gpu` was asked for but cannot be had.
+fn open_store(gpu: Option<bool>) -> Result<Store, String> {
+    let cpu = Store {
+        device: DeviceKind::Cpu,
+        #[cfg(feature = "vulkan")]
+        gpu: None,
+    };
+    if gpu == Some(false) {
+        return Ok(cpu);
+    }
+    #[cfg(feature = "vulkan")]
+    {
+        use runcache::vulkan::{self, VulkanAllocator, VulkanContext};
+        let made = VulkanContext::builder()
+            .build()
+            .and_then(|ctx| Ok((ctx.clone(), VulkanAllocator::new(ctx)?)));
+        match made {
+            Ok((ctx, allocator)) => {
+                vulkan::configure_process_cache(&ctx);
+                println!("weights on the GPU: {}", ctx.device_name());
+                return Ok(Store {
+                    device: DeviceKind::Gpu,
+                    gpu: Some(allocator),
+                });
+            }
+            Err(e) if gpu == Some(true) => return Err(format!("--gpu: {e}")),
+            Err(e) => println!("weights on the CPU (no Vulkan device: {e})"),
+        }
+    }
+    #[cfg(not(feature = "vulkan"))]
+    if gpu == Some(true) {
+        return Err(
+            "--gpu needs the `vulkan` feature: cargo run --release --features vulkan \
+                    --example runtime -- --gpu"
+                .into(),
+        );
+    }
+    Ok(cpu)
+}
+
+/// The weights of `(layer, op)`: cached, or reordered (and uploaded) now. Returns a byte of
+/// them (host) or their size (device) for the demo's checksum.
+fn use_weights(layer: usize, i: usize, op: &str, rows: usize, cols: usize, sink: u64) -> u64 {
+    let store = store();
+    let key = ConstantKey::new(BACKEND, (layer * OPS.len() + i) as u64);
+    let w = constant::cache(store.device)
+        .get_or_add(key, rows * cols * 4, || {
+            let host = reorder_weights(layer, op, rows, cols);
+            #[cfg(feature = "vulkan")]
+            if let Some(gpu) = &store.gpu {
+                let bytes = host.as_slice().expect("host buffer");
+                return gpu.upload_constant(bytes).map_err(Into::into);
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(host)
+        })
+        .unwrap_or_else(|e| panic!("the demo's weights could not be made: {e}"));
+    match w.buffer.as_slice() {
+        Some(bytes) => u64::from(bytes[(sink as usize) % bytes.len()]),
+        None => w.buffer.size() as u64,
+    }
 }
 
 /// The weights' budget when neither the flag nor the environment sets one: the model's
@@ -156,17 +238,21 @@ fn parse_args() -> Result<Option<Config>, String> {
         requests: 4000,
         capacity: 4096,
         weights_mb: None,
+        gpu: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             println!(
                 "usage: runtime [--threads N] [--requests N] [--capacity N] [--weights-mb N]\n\
+                 \x20              [--gpu | --cpu]\n\
                  \n  --threads N     worker threads (default: all cores, {})\
                  \n  --requests N    requests per phase (default: {})\
                  \n  --capacity N    kernels the cache may hold; 0 disables it (default: {})\
-                 \n  --weights-mb N  CPU constant cache budget in MiB (default: {}, or\
-                 \n                  {} if that is set)",
+                 \n  --weights-mb N  constant cache budget in MiB (default: {} on the CPU,\
+                 \n                  the device's budget on the GPU, or {} if set)\
+                 \n  --gpu / --cpu   weights on the GPU (needs --features vulkan) or the host\
+                 \n                  (default: the GPU when built with vulkan and one exists)",
                 cfg.threads,
                 cfg.requests,
                 cfg.capacity,
@@ -174,6 +260,10 @@ fn parse_args() -> Result<Option<Config>, String> {
                 constant::ENV_VAR
             );
             return Ok(None);
+        }
+        if flag == "--gpu" || flag == "--cpu" {
+            cfg.gpu = Some(flag == "--gpu");
+            continue;
         }
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let number = |what: &str| -> Result<u64, String> {
@@ -235,7 +325,7 @@ struct WeightBytes {
 }
 
 fn weight_bytes() -> WeightBytes {
-    let w = constant::cache(DeviceKind::Cpu);
+    let w = constant::cache(store().device);
     WeightBytes {
         cached: w.size(),
         rejected: w.rejected_bytes(),
@@ -261,7 +351,6 @@ fn run_phase(
                 let mut sink = 0u64;
                 while next.fetch_add(1, Ordering::Relaxed) < requests {
                     let (batch, seq) = request_shape(&mut rng);
-                    let weights = constant::cache(DeviceKind::Cpu);
                     for layer in 0..LAYERS {
                         for (i, op) in OPS.into_iter().enumerate() {
                             let key = KernelKey { op, batch, seq };
@@ -269,20 +358,7 @@ fn run_phase(
                                 cache.get_or_insert_with(key.clone(), || Kernel::compile(&key));
                             sink ^= kernel.run(layer as u64 ^ sink);
                             if let Some((rows, cols)) = weight_shape(op) {
-                                let id = (layer * OPS.len() + i) as u64;
-                                let w = weights
-                                    .get_or_add(
-                                        ConstantKey::new(BACKEND, id),
-                                        rows * cols * 4,
-                                        || {
-                                            Ok::<_, runcache::AllocError>(reorder_weights(
-                                                layer, op, rows, cols,
-                                            ))
-                                        },
-                                    )
-                                    .expect("host allocation for the demo's weights");
-                                let bytes = w.buffer.as_slice().expect("host buffer");
-                                sink ^= u64::from(bytes[(sink as usize) % bytes.len()]);
+                                sink ^= use_weights(layer, i, op, rows, cols, sink);
                             }
                         }
                     }
@@ -315,9 +391,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let weights = constant::cache(DeviceKind::Cpu);
+    let store = match open_store(cfg.gpu) {
+        Ok(store) => STORE.get_or_init(|| store),
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let weights = constant::cache(store.device);
     match (cfg.weights_mb, &constant::env_report().value) {
         (Some(mb), _) => weights.set_capacity_mb(mb),
+        // The GPU cache was sized from the device's budget by `open_store`.
+        (None, None) if store.device == DeviceKind::Gpu => {}
         (None, None) => weights.set_capacity_mb(DEFAULT_WEIGHTS_MB),
         (None, Some(_)) => {
             for e in &constant::env_report().parsed.errors {
@@ -333,12 +418,13 @@ fn main() -> ExitCode {
     );
     println!(
         "runcache demo runtime: {} workers, {} requests per phase, {} ops x {} layers per request, \
-         kernel cache capacity {}, CPU constant cache {} MiB",
+         kernel cache capacity {}, {} constant cache {} MiB",
         cfg.threads,
         cfg.requests,
         OPS.len(),
         LAYERS,
         cfg.capacity,
+        store.device,
         weights.capacity_mb()
     );
     let phases = [

@@ -295,6 +295,8 @@ pub struct VulkanContext {
     properties: vk::PhysicalDeviceProperties,
     memory: vk::PhysicalDeviceMemoryProperties,
     max_allocation_size: u64,
+    /// The index of the largest device-local heap.
+    device_heap: Option<usize>,
 }
 
 // SAFETY: Vulkan handles may be used from any thread; the calls that need external
@@ -396,6 +398,13 @@ impl VulkanContext {
             properties,
             memory,
             max_allocation_size,
+            device_heap: (0..memory.memory_heap_count as usize)
+                .filter(|&i| {
+                    memory.memory_heaps[i]
+                        .flags
+                        .contains(vk::MemoryHeapFlags::DEVICE_LOCAL)
+                })
+                .max_by_key(|&i| memory.memory_heaps[i].size),
         }
     }
 
@@ -447,35 +456,47 @@ impl VulkanContext {
     /// Every memory heap, with this process's budget and usage when `VK_EXT_memory_budget` is
     /// enabled (queried now: the budget changes as other processes use the device).
     pub fn heaps(&self) -> Vec<HeapBudget> {
-        let count = self.memory.memory_heap_count as usize;
-        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-        if self.memory_budget {
-            let mut p2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
-            // SAFETY: the extension is enabled (the constructor's contract); the chain
-            // outlives the call.
-            unsafe {
-                self.instance
-                    .get_physical_device_memory_properties2(self.physical, &mut p2)
-            };
-        }
-        self.memory.memory_heaps[..count]
-            .iter()
-            .enumerate()
-            .map(|(i, h)| HeapBudget {
-                size: h.size,
-                device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
-                budget: self.memory_budget.then(|| budget.heap_budget[i]),
-                usage: self.memory_budget.then(|| budget.heap_usage[i]),
-            })
+        let budget = self.budget();
+        (0..self.memory.memory_heap_count as usize)
+            .map(|i| self.heap(i, budget.as_ref()))
             .collect()
     }
 
-    /// The largest device-local heap (the one constant buffers go to).
+    fn heap(
+        &self,
+        i: usize,
+        budget: Option<&vk::PhysicalDeviceMemoryBudgetPropertiesEXT<'_>>,
+    ) -> HeapBudget {
+        let h = &self.memory.memory_heaps[i];
+        HeapBudget {
+            size: h.size,
+            device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
+            budget: budget.map(|b| b.heap_budget[i]),
+            usage: budget.map(|b| b.heap_usage[i]),
+        }
+    }
+
+    /// The budget and usage of every heap, queried now; `None` without the extension.
+    fn budget(&self) -> Option<vk::PhysicalDeviceMemoryBudgetPropertiesEXT<'static>> {
+        if !self.memory_budget {
+            return None;
+        }
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut p2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        // SAFETY: the extension is enabled (the constructor's contract); the chain outlives
+        // the call.
+        unsafe {
+            self.instance
+                .get_physical_device_memory_properties2(self.physical, &mut p2)
+        };
+        budget.p_next = std::ptr::null_mut();
+        Some(budget)
+    }
+
+    /// The largest device-local heap (the one constant buffers go to), with its budget.
     pub(crate) fn device_heap(&self) -> Option<HeapBudget> {
-        self.heaps()
-            .into_iter()
-            .filter(|h| h.device_local)
-            .max_by_key(|h| h.size)
+        let i = self.device_heap?;
+        Some(self.heap(i, self.budget().as_ref()))
     }
 
     /// Validation errors reported so far (always 0 without validation).
