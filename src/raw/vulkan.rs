@@ -652,10 +652,10 @@ impl Staging {
         dst_access: vk::AccessFlags,
     ) -> Result<(), VulkanError> {
         let d = &self.ctx.device;
-        // SAFETY: the command buffer, pool and fence belong to this slot, which one thread
-        // holds at a time; the previous submission finished (we waited on the fence and
-        // reset it), so the command buffer may be reset and re-recorded. Both buffers are
-        // alive (the caller holds them) until the fence wait below returns.
+        // The command buffer, pool and fence belong to this slot, which one thread holds at a
+        // time, and the slot's previous submission was waited for and its fence reset.
+        // SAFETY: so the command buffer may be reset and re-recorded; both buffers are alive
+        // (the caller holds them) until the fence wait below returns.
         unsafe {
             d.reset_command_buffer(self.commands, vk::CommandBufferResetFlags::empty())
                 .map_err(|r| VulkanError::from_vk("vkResetCommandBuffer", r, 0))?;
