@@ -80,6 +80,14 @@ impl ConstantBuffer {
         }
     }
 
+    /// Either kind of memory, for what both answer.
+    fn memory(&self) -> &dyn DeviceMemory {
+        match &self.memory {
+            Memory::Pointer(a) => a,
+            Memory::Device(m) => m.as_ref(),
+        }
+    }
+
     /// The memory behind a handle, if the buffer was made by
     /// [`from_device_memory`](Self::from_device_memory) with a `T`.
     pub fn device_memory<T: DeviceMemory>(&self) -> Option<&T> {
@@ -99,26 +107,17 @@ impl ConstantBuffer {
 
     /// The size in bytes.
     pub fn size(&self) -> usize {
-        match &self.memory {
-            Memory::Pointer(a) => a.size(),
-            Memory::Device(m) => m.size(),
-        }
+        self.memory().size()
     }
 
     /// The alignment in bytes.
     pub fn align(&self) -> usize {
-        match &self.memory {
-            Memory::Pointer(a) => a.align(),
-            Memory::Device(m) => m.align(),
-        }
+        self.memory().align()
     }
 
     /// The device the memory belongs to.
     pub fn device(&self) -> DeviceKind {
-        match &self.memory {
-            Memory::Pointer(a) => a.device(),
-            Memory::Device(m) => m.device(),
-        }
+        self.memory().device()
     }
 
     /// The allocation's address (a device address for device memory), or null for memory

@@ -159,18 +159,6 @@ impl Allocation {
         })
     }
 
-    pub(crate) fn size(&self) -> usize {
-        self.size
-    }
-
-    pub(crate) fn align(&self) -> usize {
-        self.align
-    }
-
-    pub(crate) fn device(&self) -> DeviceKind {
-        self.allocator.device()
-    }
-
     pub(crate) fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
@@ -190,6 +178,20 @@ impl Allocation {
         }
         // SAFETY: as in `as_slice`; `&mut self` makes the borrow unique.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) })
+    }
+}
+
+impl crate::DeviceMemory for Allocation {
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn align(&self) -> usize {
+        self.align
+    }
+
+    fn device(&self) -> DeviceKind {
+        self.allocator.device()
     }
 }
 

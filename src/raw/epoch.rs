@@ -27,12 +27,12 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-/// Ids of caches and of threads; never reused.
 /// Rounds of [`Domain::reclaim`]: an item retired at epoch `e` is freed once the global epoch
 /// reaches `e + 2`, each round advances it at most once, and each collection frees a bounded
 /// number of bags, so a few more rounds than 2 also cover a large clear.
 const RECLAIM_ROUNDS: usize = 8;
 
+/// Ids of caches and of threads; never reused.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn next_id() -> u64 {

@@ -569,10 +569,10 @@ impl<K, V> Shard<K, V> {
                 guard,
             )
             .is_ok();
-        if !linked && n.is_entry() {
+        if n.is_entry() && !linked {
             // Relaxed: as above.
             self.count.fetch_sub(1, Ordering::Relaxed);
-        } else if linked && n.is_entry() {
+        } else if n.is_entry() {
             let size = self.buckets();
             if count > size * LOAD_FACTOR && size < (1 << (SEGMENTS - 1)) {
                 let _ = self.size.compare_exchange(
@@ -618,18 +618,13 @@ impl<K, V> Shard<K, V> {
     /// flight, since every node that dies is marked by the thread that killed it (I3, I4).
     pub(crate) fn dead_unmarked(&self, guard: &Guard) -> usize {
         let mut count = 0;
-        // SAFETY: bucket 0's dummy exists from creation and is never unlinked.
-        let head = unsafe { &*self.bucket(0) };
-        // Acquire (every `next` load): pairs with the Release CAS that linked the node.
-        let mut curr = head.next.load(Ordering::Acquire, guard);
-        // SAFETY: as in `find`.
-        while let Some(c) = unsafe { curr.as_ref() } {
-            let next = c.next.load(Ordering::Acquire, guard);
-            if c.is_entry() && next.tag() == 0 && !c.is_live(guard) {
+        self.for_each(guard, |n| {
+            // Acquire: pairs with the Release CAS that linked the node.
+            if n.next.load(Ordering::Acquire, guard).tag() == 0 && !n.is_live(guard) {
                 count += 1;
             }
-            curr = next;
-        }
+            true
+        });
         count
     }
 

@@ -442,12 +442,11 @@ where
                     // SeqCst: pairs with the fence in `take_if`: either it sees `READY` and
                     // deletes the node, or this thread sees its null (store-buffering).
                     fence(Ordering::SeqCst);
-                    let pin = self.pin();
-                    // Relaxed: ordered by the fence; only compared with null.
-                    if node.value.load(Ordering::Relaxed, &pin.guard).is_null() {
-                        shard.delete(&node, &pin.guard);
+                    // `is_cached` is a Relaxed load, ordered by the fence. The pin is taken
+                    // only in that rare case, not on every build.
+                    if !node.is_cached() {
+                        shard.delete(&node, &self.pin().guard);
                     }
-                    drop(pin);
                     self.admit(Arc::clone(&node), weight);
                     attempt.done = true;
                     return Served::Built {
