@@ -545,6 +545,14 @@ where
     pub fn __dead_unmarked(&self) -> usize {
         self.raw.dead_unmarked()
     }
+
+    /// For tests and fuzzing: checks every invariant a quiet cache can show (the table's
+    /// order and counts, exact accounting, the eviction queues' bookkeeping) and says what
+    /// is wrong. Call it only while no other operation is in flight.
+    #[doc(hidden)]
+    pub fn __validate(&self) -> Result<(), String> {
+        self.raw.validate()
+    }
 }
 
 impl<K, V, S> fmt::Debug for Cache<K, V, S>

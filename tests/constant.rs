@@ -1,12 +1,14 @@
 //! The constant tensor caches: promise semantics, byte budgets, LRU shrinks, pinned bytes,
 //! allocators, and the capacity configuration parser.
 
+mod common;
+
+use common::TestAllocator;
 use proptest::prelude::*;
 use runcache::constant::{
     parse_capacity_config, AddError, CapacityConfig, ConstantCache, ConstantKey, MAX_CAPACITY_MB,
 };
 use runcache::{AllocError, BufferAllocator, ConstantBuffer, DeviceKind, HostAllocator, Source};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -202,45 +204,11 @@ fn a_buffer_of_the_wrong_size_is_refused_and_handed_back() {
     assert_eq!(c.size(), 0);
 }
 
-/// A GPU-kind allocator backed by host memory, counting live bytes.
-#[derive(Debug, Default)]
-struct CountingGpu {
-    live: AtomicUsize,
-    limit: usize,
-}
-
-// SAFETY: delegates to `HostAllocator` with the same arguments.
-unsafe impl BufferAllocator for CountingGpu {
-    fn device(&self) -> DeviceKind {
-        DeviceKind::Gpu
-    }
-    fn host_accessible(&self) -> bool {
-        false
-    }
-    fn allocate(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
-        if self.live.load(Ordering::SeqCst) + size > self.limit {
-            return Err(AllocError::OutOfMemory {
-                device: DeviceKind::Gpu,
-                size,
-                align,
-            });
-        }
-        let p = HostAllocator.allocate(size, align)?;
-        self.live.fetch_add(size, Ordering::SeqCst);
-        Ok(p)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize) {
-        self.live.fetch_sub(size, Ordering::SeqCst);
-        // SAFETY: forwarded from our own caller's contract.
-        unsafe { HostAllocator.deallocate(ptr, size, align) };
-    }
-}
-
 #[test]
 fn plugged_allocators_free_through_themselves_and_report_oom() {
-    let gpu = Arc::new(CountingGpu {
+    let gpu = Arc::new(TestAllocator {
         limit: 10_000,
-        ..Default::default()
+        ..TestAllocator::new(DeviceKind::Gpu)
     });
     let c = ConstantCache::with_capacity_bytes(DeviceKind::Gpu, MIB);
     let alloc: Arc<dyn BufferAllocator> = gpu.clone();

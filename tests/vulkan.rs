@@ -389,3 +389,57 @@ fn a_retired_buffer_lives_until_its_fence_signals() {
     drop(gpu);
     assert_clean(&ctx);
 }
+
+/// Fault injection: four threads upload into a cache whose allocator's soft limit is far
+/// below what they ask for, so uploads fail at random points. Every failure is the typed
+/// soft-limit error, the cache's budget holds throughout, and once everything is dropped the
+/// allocator has no byte out.
+#[test]
+fn a_soft_limit_hit_by_concurrent_uploads_leaks_nothing() {
+    let Some(ctx) = context() else { return };
+    let gpu = VulkanAllocator::builder(ctx.clone())
+        .soft_limit(2 << 20)
+        .build()
+        .unwrap();
+    let cache = runcache::constant::ConstantCache::with_capacity_bytes(DeviceKind::Gpu, 8 << 20);
+    let failures = AtomicUsize::new(0);
+    let barrier = Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (gpu, cache, failures, barrier) = (&gpu, &cache, &failures, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..60u64 {
+                    let k = (i * 7 + t * 13) % 24;
+                    let size = (64 << 10) * (1 + k as usize % 8);
+                    if i % 5 == 4 {
+                        cache.remove_if_exist(ConstantKey::new(2, k));
+                        continue;
+                    }
+                    match cache.get_or_add(ConstantKey::new(2, k), size, || {
+                        gpu.upload_constant(&pattern(size, k as u8))
+                    }) {
+                        Ok(added) => assert_eq!(added.buffer.size(), size),
+                        Err(e) => {
+                            assert!(
+                                matches!(&*e, AddError::Build(VulkanError::SoftLimit { .. })),
+                                "only the soft limit fails: {e}"
+                            );
+                            failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    let (size, capacity) = cache.size_and_capacity();
+                    assert!(size <= capacity);
+                    assert!(gpu.used_bytes() <= 2 << 20, "the soft limit held");
+                }
+            });
+        }
+    });
+    assert!(failures.load(Ordering::Relaxed) > 0, "the limit was hit");
+    cache.clear();
+    drop(cache);
+    gpu.collect_retired();
+    assert_eq!(gpu.used_bytes(), 0, "every byte came back");
+    drop(gpu);
+    assert_clean(&ctx);
+}

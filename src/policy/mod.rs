@@ -74,6 +74,8 @@ pub(crate) trait Queued {
     fn hash(&self) -> u64;
     /// Whether the entry still holds a cached value.
     fn is_cached(&self) -> bool;
+    /// The entry's identity (its address), for [`S3Fifo::validate`].
+    fn id(&self) -> usize;
 }
 
 /// The S3-FIFO queues of one cache.
@@ -201,6 +203,51 @@ impl<T: Queued> S3Fifo<T> {
         self.compacting.store(false, Ordering::Release);
     }
 
+    /// Checks the queues' bookkeeping; for quiet caches only (tests and fuzzing). Every
+    /// queue's weight total equals the weights of its entries and no entry is queued twice.
+    /// Returns the ids of the queued entries that still hold a value.
+    ///
+    /// The queues are emptied and refilled in their order, so nothing about the policy's
+    /// state changes.
+    pub(crate) fn validate(&self) -> Result<Vec<usize>, String> {
+        let mut seen = std::collections::HashSet::new();
+        let mut live = Vec::new();
+        for (name, queue, total) in [
+            ("small", &self.small, &self.small_weight),
+            ("main", &self.main, &self.main_weight),
+        ] {
+            let mut entries = Vec::with_capacity(queue.len());
+            while let Some(e) = queue.pop() {
+                entries.push(e);
+            }
+            let mut sum = 0u64;
+            let mut twice = None;
+            for e in &entries {
+                sum += e.meta().weight();
+                if !seen.insert(e.id()) {
+                    twice = Some(e.hash());
+                }
+                if e.is_cached() {
+                    live.push(e.id());
+                }
+            }
+            for e in entries {
+                queue.push(e);
+            }
+            if let Some(hash) = twice {
+                return Err(format!("the entry with hash {hash:#x} is queued twice"));
+            }
+            // Relaxed: the cache is quiet.
+            let recorded = total.load(Ordering::Relaxed);
+            if recorded != sum {
+                return Err(format!(
+                    "the {name} queue records weight {recorded}, its entries weigh {sum}"
+                ));
+            }
+        }
+        Ok(live)
+    }
+
     /// Entries in the queues (live or waiting to be skipped).
     #[cfg(test)]
     pub(crate) fn queued(&self) -> usize {
@@ -229,6 +276,9 @@ mod tests {
         }
         fn is_cached(&self) -> bool {
             self.cached.load(Ordering::Relaxed)
+        }
+        fn id(&self) -> usize {
+            Arc::as_ptr(self) as usize
         }
     }
 

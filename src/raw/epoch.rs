@@ -27,10 +27,27 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-/// Rounds of [`Domain::reclaim`]: an item retired at epoch `e` is freed once the global epoch
-/// reaches `e + 2`, each round advances it at most once, and each collection frees a bounded
-/// number of bags, so a few more rounds than 2 also cover a large clear.
-const RECLAIM_ROUNDS: usize = 8;
+/// Rounds in a row without progress after which [`Domain::reclaim`] gives up: an item retired
+/// at epoch `e` is freed once the global epoch reaches `e + 2`, and each round advances it at
+/// most once, so a few rounds with nothing freed mean a thread pinned elsewhere holds the rest.
+const RECLAIM_STALL_ROUNDS: usize = 8;
+
+/// Value boxes retired to the collector whose destructor has not run yet.
+///
+/// Shared with each deferred destructor (which may run after the cache is gone, on whichever
+/// thread collects), so [`Domain::reclaim`] can tell when everything has been freed.
+#[derive(Default)]
+pub(crate) struct Pending(AtomicU64);
+
+/// One retired value box, counted in [`Pending`] until its destructor calls [`done`](Self::done).
+pub(crate) struct Retiring(Arc<Pending>);
+
+impl Retiring {
+    pub(crate) fn done(self) {
+        // Relaxed: a progress count for `reclaim`; it orders nothing.
+        self.0 .0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Ids of caches and of threads; never reused.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -47,13 +64,26 @@ struct Local {
     stats: *const StatsBlock,
 }
 
+/// The registration a thread used last: `(cache id, handle, stats block)`.
+type Last = (u64, *const LocalHandle, *const StatsBlock);
+
 struct ThreadState {
     token: Cell<u64>,
     locals: RefCell<Vec<Local>>,
+    /// The entry of `locals` that the last pin used, so a thread that works with one cache
+    /// at a time skips the borrow and the scan. It stays valid while that cache lives: an
+    /// entry leaves `locals` only when its cache drops (ids are never reused, so a stale
+    /// `last` never matches again), when dead caches' entries are pruned, or when the thread's
+    /// locals are released (which resets it).
+    last: Cell<Last>,
 }
 
 crate::sync::local_key! {
-    static THREAD: ThreadState = ThreadState { token: Cell::new(0), locals: RefCell::new(Vec::new()) };
+    static THREAD: ThreadState = ThreadState {
+        token: Cell::new(0),
+        locals: RefCell::new(Vec::new()),
+        last: Cell::new((0, std::ptr::null(), std::ptr::null())),
+    };
 }
 
 /// A token that identifies the calling thread (0 when it cannot be read during teardown).
@@ -75,6 +105,7 @@ pub(crate) fn thread_token() -> u64 {
 #[cfg(runcache_loom)]
 pub(crate) fn release_thread() {
     let locals = THREAD.try_with(|t| {
+        t.last.set((0, std::ptr::null(), std::ptr::null()));
         t.locals
             .try_borrow_mut()
             .map(|mut l| std::mem::take(&mut *l))
@@ -88,6 +119,7 @@ pub(crate) struct Domain {
     collector: Collector,
     id: u64,
     alive: Arc<()>,
+    pending: Arc<Pending>,
     pub(crate) stats: StatsRegistry,
 }
 
@@ -97,6 +129,7 @@ impl Domain {
             collector: Collector::new(),
             id: next_id(),
             alive: Arc::new(()),
+            pending: Arc::default(),
             stats: StatsRegistry::new(),
         }
     }
@@ -105,9 +138,15 @@ impl Domain {
     #[inline]
     pub(crate) fn pin(&self) -> (Guard, &StatsBlock) {
         let fast = THREAD.try_with(|t| {
+            let (id, handle, stats) = t.last.get();
+            if id == self.id {
+                return Some((handle, stats));
+            }
             let locals = t.locals.try_borrow().ok()?;
             let local = locals.iter().find(|l| l.id == self.id)?;
-            Some((&*local.handle as *const LocalHandle, local.stats))
+            let found = (&*local.handle as *const LocalHandle, local.stats);
+            t.last.set((self.id, found.0, found.1));
+            Some(found)
         });
         let (handle, stats) = match fast {
             Ok(Some(found)) => found,
@@ -118,7 +157,8 @@ impl Domain {
             Err(_) => return self.pin_unregistered(),
         };
         // The handle is boxed in this thread's entry for this cache, removed only when the cache
-        // drops (impossible while `&self` lives) or the thread's locals are destroyed.
+        // drops (impossible while `&self` lives) or the thread's locals are destroyed or
+        // released (which also resets `last`).
         // SAFETY: so the handle is alive; the stats block lives as long as `self.stats`.
         unsafe { ((*handle).pin(), &*stats) }
     }
@@ -157,14 +197,33 @@ impl Domain {
         Some(found)
     }
 
+    /// Counts one value box about to be retired; the deferred destructor calls
+    /// [`Retiring::done`].
+    pub(crate) fn retiring(&self) -> Retiring {
+        // Relaxed: a progress count (see `Retiring::done`).
+        self.pending.0.fetch_add(1, Ordering::Relaxed);
+        Retiring(Arc::clone(&self.pending))
+    }
+
     /// Runs deferred destructors that no pinned thread can still need: each round pins, moves
     /// this thread's deferred work to the collector and lets it advance the epoch and free
-    /// what expired. When no other thread is pinned, a few rounds free everything retired so
-    /// far; a thread pinned elsewhere holds back only what it could still see.
+    /// what expired (a bounded number of bags per round). Rounds go on while retired value
+    /// boxes are still being freed. When no other thread is pinned, that frees
+    /// every value retired so far, however many threads retired them; a thread pinned
+    /// elsewhere holds back only what it could still see.
     pub(crate) fn reclaim(&self) {
-        for _ in 0..RECLAIM_ROUNDS {
+        // Relaxed: a progress count (see `Retiring::done`).
+        let pending = || self.pending.0.load(Ordering::Relaxed);
+        let mut stalled = 0;
+        let mut last = pending();
+        // At least `RECLAIM_STALL_ROUNDS` rounds, which also frees unlinked nodes (not counted).
+        while stalled < RECLAIM_STALL_ROUNDS {
             let (guard, _) = self.pin();
             guard.flush();
+            drop(guard);
+            let now = pending();
+            stalled = if now < last { 0 } else { stalled + 1 };
+            last = now;
         }
     }
 

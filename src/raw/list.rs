@@ -697,4 +697,8 @@ impl<K, V> crate::policy::Queued for Arc<Node<K, V>> {
     fn is_cached(&self) -> bool {
         Node::is_cached(self)
     }
+
+    fn id(&self) -> usize {
+        Arc::as_ptr(self) as usize
+    }
 }

@@ -607,8 +607,15 @@ where
         let p = unsafe { ptr.deref() };
         let value = Arc::clone(p.value());
         self.budget.release(p.weight() - kept);
-        // SAFETY: no new reader can load `ptr` (it left the cell); current readers are pinned.
-        unsafe { guard.defer_destroy(ptr) };
+        let pending = self.domain.retiring();
+        // SAFETY: no new reader can load `ptr` (it left the cell); current readers are pinned,
+        // and the collector runs the closure once, after the last of them unpins.
+        unsafe {
+            guard.defer_unchecked(move || {
+                drop(ptr.into_owned());
+                pending.done();
+            })
+        };
         value
     }
 
@@ -843,6 +850,84 @@ where
             .iter()
             .map(|s| s.dead_unmarked(&pin.guard))
             .sum()
+    }
+
+    /// Checks every invariant that a quiet cache can show (tests and fuzzing call it between
+    /// operations, never during one):
+    /// - each shard's list is in split order and holds no node still loading (I2, I4);
+    /// - no two cached nodes hold the same key, and each shard's live count is exact;
+    /// - the budget's size is the sum of the cached weights and within the capacity (I5);
+    /// - no dead node was left unmarked (I3);
+    /// - with eviction: the queues' totals are exact, no entry is queued twice, and the
+    ///   cached entries are exactly the queued entries that hold a value.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        let pin = self.pin();
+        let mut cached = std::collections::HashSet::new();
+        let mut keys = std::collections::HashSet::new();
+        let mut weight = 0u64;
+        let mut problem = None;
+        for (i, shard) in self.shards.iter().enumerate() {
+            let mut live = 0usize;
+            let mut last = 0u64;
+            shard.for_each(&pin.guard, |n| {
+                if n.so_key < last {
+                    problem = Some(format!("shard {i}: the list is out of split order"));
+                }
+                last = n.so_key;
+                match n.view(&pin.guard) {
+                    View::Ready(p) => {
+                        live += 1;
+                        weight += p.weight();
+                        cached.insert(n as *const Node<K, V> as usize);
+                        if !keys.insert(n.key()) {
+                            problem = Some(format!("shard {i}: a key is cached twice"));
+                        }
+                    }
+                    View::Loading => {
+                        problem = Some(format!("shard {i}: an entry is loading in a quiet cache"));
+                    }
+                    View::Dead => {}
+                }
+                problem.is_none()
+            });
+            if let Some(p) = problem.take() {
+                return Err(p);
+            }
+            // Relaxed: the cache is quiet.
+            let counted = shard.live.load(Ordering::Relaxed);
+            if counted != live {
+                return Err(format!(
+                    "shard {i} counts {counted} live entries and holds {live}"
+                ));
+            }
+        }
+        let (size, capacity) = self.budget.snapshot();
+        if size != weight {
+            return Err(format!(
+                "the budget records weight {size}, the cached entries weigh {weight}"
+            ));
+        }
+        if size > capacity {
+            return Err(format!("weighted size {size} is above capacity {capacity}"));
+        }
+        let dead = self.dead_unmarked();
+        if dead > 0 {
+            return Err(format!(
+                "{dead} dead entries were never marked for unlinking"
+            ));
+        }
+        if let Some(policy) = &self.policy {
+            let queued: std::collections::HashSet<usize> = policy.validate()?.into_iter().collect();
+            if queued != cached {
+                let unqueued = cached.difference(&queued).count();
+                let stale = queued.difference(&cached).count();
+                return Err(format!(
+                    "{unqueued} cached entries are in no queue; {stale} queued entries that \
+                     hold a value are not in the table"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Bucket count of every shard (for growth tests).

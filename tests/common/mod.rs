@@ -1,8 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use runcache::Cache;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use runcache::{AllocError, BufferAllocator, Cache, DeviceKind, HostAllocator};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Shard counts every configuration-sensitive test runs with.
@@ -48,4 +49,79 @@ impl Drop for Tracked {
 
 pub fn drops() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
+}
+
+/// A host-memory allocator for tests that reports `device`, counts the bytes it has out,
+/// refuses a request that would take it past `limit`, and fails about one request in
+/// `fail_one_in` (0: never) at pseudo-random points.
+#[derive(Debug)]
+pub struct TestAllocator {
+    pub device: DeviceKind,
+    pub limit: usize,
+    pub fail_one_in: u64,
+    pub live: AtomicUsize,
+    pub failed: AtomicU64,
+    pub calls: AtomicU64,
+}
+
+impl TestAllocator {
+    pub fn new(device: DeviceKind) -> Self {
+        Self {
+            device,
+            limit: usize::MAX,
+            fail_one_in: 0,
+            live: AtomicUsize::new(0),
+            failed: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+        }
+    }
+}
+
+// SAFETY: delegates to `HostAllocator` with the same arguments; a refusal allocates nothing.
+unsafe impl BufferAllocator for TestAllocator {
+    fn device(&self) -> DeviceKind {
+        self.device
+    }
+    fn host_accessible(&self) -> bool {
+        self.device == DeviceKind::Cpu
+    }
+    fn allocate(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let unlucky =
+            self.fail_one_in > 0 && n.wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.fail_one_in == 0;
+        if unlucky || self.live.load(Ordering::SeqCst).saturating_add(size) > self.limit {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(AllocError::OutOfMemory {
+                device: self.device,
+                size,
+                align,
+            });
+        }
+        let p = HostAllocator.allocate(size, align)?;
+        self.live.fetch_add(size, Ordering::SeqCst);
+        Ok(p)
+    }
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize) {
+        self.live.fetch_sub(size, Ordering::SeqCst);
+        // SAFETY: forwarded from our own caller's contract.
+        unsafe { HostAllocator.deallocate(ptr, size, align) };
+    }
+}
+
+/// Runs `work(thread index)` on `n` threads and joins each one fully. Unlike
+/// `thread::scope`, whose scope can end while a thread is still destroying its thread-locals,
+/// `JoinHandle::join` returns only after that, and a thread's epoch handles are thread-locals:
+/// values the thread retired reach their cache's collector when it exits. A worker's panic
+/// fails the caller.
+pub fn on_threads(n: usize, work: impl Fn(usize) + Send + Sync + 'static) {
+    let work = Arc::new(work);
+    let handles: Vec<_> = (0..n)
+        .map(|t| {
+            let work = Arc::clone(&work);
+            std::thread::spawn(move || work(t))
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a worker thread panicked");
+    }
 }

@@ -1,0 +1,176 @@
+//! The core cache refusing when full: every return value, the length, the weighted size and
+//! the capacity against a `HashMap` model after every step.
+
+use crate::{ensure, ensure_eq, weight, Outcome};
+use arbitrary::Arbitrary;
+use runcache::{Cache, Lookup, Source, WhenFull};
+use std::collections::HashMap;
+
+/// One operation; keys are taken modulo 32 so that operations meet.
+#[derive(Arbitrary, Clone, Debug)]
+pub enum Op {
+    Insert(u8, u32),
+    Get(u8),
+    Pinned(u8),
+    Remove(u8),
+    RemoveIf(u8, bool),
+    GetOrBuild(u8, u32),
+    GetOrCreate(u8, u32),
+    FailingBuild(u8),
+    Contains(u8),
+    Clear,
+    SetCapacity(u8),
+}
+
+/// A cache configuration and the operations to apply.
+#[derive(Arbitrary, Clone, Debug)]
+pub struct Input {
+    pub capacity: u8,
+    pub shards: u8,
+    pub ops: Vec<Op>,
+}
+
+struct Model {
+    map: HashMap<u8, u32>,
+    capacity: u64,
+}
+
+impl Model {
+    fn size(&self) -> u64 {
+        self.map.values().map(|v| weight(*v)).sum()
+    }
+
+    fn fits(&self, extra: u64) -> bool {
+        self.capacity > 0 && self.size() + extra <= self.capacity
+    }
+}
+
+/// Runs `input` (at most 512 operations) against a rejecting cache and the model.
+pub fn run(input: Input) -> Outcome {
+    let shards = 1usize << (input.shards % 4);
+    let mut model = Model {
+        map: HashMap::new(),
+        capacity: u64::from(input.capacity % 48),
+    };
+    let cache = Cache::<u8, u32>::builder()
+        .capacity(model.capacity)
+        .shards(shards)
+        .when_full(WhenFull::Reject)
+        .weigher(|_, v| weight(*v))
+        .build()
+        .map_err(|e| format!("a power-of-two shard count was refused: {e}"))?;
+    for (step, op) in input.ops.into_iter().take(512).enumerate() {
+        let at = format!("step {step}: {op:?}");
+        let k = |key: u8| key % 32;
+        match op {
+            Op::Insert(key, v) => {
+                let key = k(key);
+                let old = model.map.get(&key).copied();
+                let extra = match old {
+                    Some(o) => weight(v).saturating_sub(weight(o)),
+                    None => weight(v),
+                };
+                let fits = model.fits(extra);
+                match cache.insert(key, v) {
+                    Ok(prev) => {
+                        ensure!(fits, "{at}: should have been refused");
+                        ensure_eq!(prev.as_deref().copied(), old, "{at}: replaced value");
+                        model.map.insert(key, v);
+                    }
+                    Err(e) => {
+                        ensure!(!fits, "{at}: refused: {e}");
+                        ensure_eq!(e.into_inner(), (key, v), "{at}: handed back");
+                    }
+                }
+            }
+            Op::Get(key) => ensure_eq!(
+                cache.get(&k(key)).map(|v| *v),
+                model.map.get(&k(key)).copied(),
+                "{at}"
+            ),
+            Op::Pinned(key) => {
+                let pinned = cache.pin();
+                ensure_eq!(pinned.get(&k(key)), model.map.get(&k(key)), "{at}");
+            }
+            Op::Contains(key) => ensure_eq!(
+                cache.contains_key(&k(key)),
+                model.map.contains_key(&k(key)),
+                "{at}"
+            ),
+            Op::Remove(key) => ensure_eq!(
+                cache.remove(&k(key)).map(|v| *v),
+                model.map.remove(&k(key)),
+                "{at}"
+            ),
+            Op::RemoveIf(key, yes) => {
+                let key = k(key);
+                let removed = cache.remove_if(&key, |_| yes).map(|v| *v);
+                let expected = if yes { model.map.remove(&key) } else { None };
+                ensure_eq!(removed, expected, "{at}");
+            }
+            Op::GetOrBuild(key, v) => {
+                let key = k(key);
+                let f = cache
+                    .get_or_build(key, |_| Ok::<_, ()>(v))
+                    .map_err(|_| format!("{at}: an infallible build failed"))?;
+                match model.map.get(&key) {
+                    Some(cur) => ensure_eq!((f.source, *f.value), (Source::Hit, *cur), "{at}"),
+                    None => {
+                        ensure_eq!(*f.value, v, "{at}: built value");
+                        if model.fits(weight(v)) {
+                            ensure_eq!(f.source, Source::Cached, "{at}");
+                            model.map.insert(key, v);
+                        } else {
+                            ensure_eq!(f.source, Source::Uncached, "{at}");
+                        }
+                    }
+                }
+            }
+            Op::GetOrCreate(key, v) => {
+                let key = k(key);
+                let (got, how) = cache.get_or_create(&key, |_| v);
+                match model.map.get(&key) {
+                    Some(cur) => ensure_eq!((*got, how), (*cur, Lookup::Hit), "{at}"),
+                    None => {
+                        ensure_eq!((*got, how), (v, Lookup::Miss), "{at}");
+                        if model.fits(weight(v)) {
+                            model.map.insert(key, v);
+                        }
+                    }
+                }
+            }
+            Op::FailingBuild(key) => {
+                let key = k(key);
+                let r = cache.try_get_or_insert_with(key, || Err::<u32, u8>(key));
+                match model.map.get(&key) {
+                    Some(cur) => ensure_eq!(r.ok().map(|v| *v), Some(*cur), "{at}"),
+                    None => ensure_eq!(r.map_err(|e| *e), Err(key), "{at}"),
+                }
+            }
+            Op::Clear => {
+                cache.clear();
+                model.map.clear();
+            }
+            Op::SetCapacity(c) => {
+                let c = u64::from(c % 48);
+                cache.set_capacity(c);
+                model.capacity = c;
+                if c == 0 {
+                    model.map.clear();
+                }
+                // Which entries a shrink removes is the cache's choice: every survivor must be
+                // unchanged, and the survivors must fit.
+                model.map.retain(|key, _| cache.contains_key(key));
+                for (key, v) in &model.map {
+                    ensure_eq!(cache.get(key).map(|x| *x), Some(*v), "{at}: survivor");
+                }
+                ensure!(model.size() <= c, "{at}: survivors weigh {}", model.size());
+            }
+        }
+        ensure_eq!(cache.len(), model.map.len(), "{at}: len");
+        ensure_eq!(cache.weighted_size(), model.size(), "{at}: weighted size");
+        ensure_eq!(cache.capacity(), model.capacity, "{at}: capacity");
+        cache.__validate().map_err(|e| format!("{at}: {e}"))?;
+    }
+    Ok(())
+}

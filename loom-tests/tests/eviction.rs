@@ -1,0 +1,141 @@
+//! Loom models of an evicting cache: the S3-FIFO queues (crossbeam-queue's `SegQueue`) join the
+//! table, the slots and the budget in the explored state.
+//!
+//! ```text
+//! RUSTFLAGS="--cfg runcache_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 \
+//!     CARGO_TARGET_DIR=target/loom cargo test --release -p runcache-loom-tests --test eviction
+//! ```
+#![cfg(runcache_loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use runcache::{Cache, RemovalCause};
+use std::hash::BuildHasherDefault;
+
+/// loom replays each interleaving many times, so hashing must not be randomly seeded.
+type Fixed = BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+/// A value whose drops are counted with a loom atomic.
+struct Tracked {
+    key: u32,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts, per cause, the values that left: `[capacity, removed, other]`.
+#[derive(Default)]
+struct Heard([AtomicUsize; 3]);
+
+fn evicting(capacity: u64, heard: Arc<Heard>) -> Cache<u32, Tracked, Fixed> {
+    Cache::<u32, Tracked>::builder()
+        .shards(1)
+        .hasher(Fixed::default())
+        .capacity(capacity)
+        .on_evict(move |k, v, cause| {
+            assert_eq!(*k, v.key, "the listener got another key's value");
+            let i = match cause {
+                RemovalCause::Capacity => 0,
+                RemovalCause::Removed => 1,
+                _ => 2,
+            };
+            heard.0[i].fetch_add(1, Ordering::Relaxed);
+        })
+        .build()
+        .expect("one shard is valid")
+}
+
+/// (f) An insert that must evict races a reader and a remover of the entries it may choose:
+/// the reader sees the right value or none, each value leaves exactly once (by eviction or by
+/// the remove, never both), the budget and the queues stay exact, and every value is dropped
+/// exactly once.
+#[test]
+fn an_eviction_racing_a_get_and_a_remove_loses_nothing() {
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let heard = Arc::new(Heard::default());
+        let c = Arc::new(evicting(2, heard.clone()));
+        let value = |key| Tracked {
+            key,
+            drops: drops.clone(),
+        };
+        assert!(c.insert(1, value(1)).is_ok());
+        assert!(c.insert(2, value(2)).is_ok());
+        let (c2, v3) = (c.clone(), value(3));
+        let inserter = thread::spawn(move || {
+            assert!(
+                c2.insert(3, v3).is_ok(),
+                "an entry that fits is never refused"
+            );
+            runcache::__loom_thread_exit();
+        });
+        if let Some(v) = c.get(&1) {
+            assert_eq!(v.key, 1);
+        }
+        let removed = c.remove(&1);
+        inserter.join().unwrap();
+        let gone: usize = heard.0.iter().map(|h| h.load(Ordering::Relaxed)).sum();
+        assert_eq!(
+            gone + c.len(),
+            3,
+            "every value is cached or left exactly once"
+        );
+        assert_eq!(
+            heard.0[1].load(Ordering::Relaxed),
+            usize::from(removed.is_some())
+        );
+        assert!(
+            c.get(&3).is_some(),
+            "the new entry was not evicted by its own insert"
+        );
+        c.__validate().expect("exact accounting and queues");
+        drop(removed);
+        drop(c);
+        assert_eq!(drops.load(Ordering::Relaxed), 3, "each value dropped once");
+    });
+}
+
+/// (g) A shrink races an insert into an evicting cache: the size never passes the capacity in
+/// force, the shrink reaches its target, and whatever left was reported as evicted.
+#[test]
+fn a_shrink_racing_an_evicting_insert_keeps_the_budget() {
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let heard = Arc::new(Heard::default());
+        let c = Arc::new(evicting(2, heard.clone()));
+        let v2 = Tracked {
+            key: 2,
+            drops: drops.clone(),
+        };
+        assert!(c
+            .insert(
+                1,
+                Tracked {
+                    key: 1,
+                    drops: drops.clone()
+                }
+            )
+            .is_ok());
+        let c2 = c.clone();
+        let inserter = thread::spawn(move || {
+            let _ = c2.insert(2, v2);
+            let (size, cap) = c2.weighted_size_and_capacity();
+            assert!(size <= cap, "size {size} above capacity {cap}");
+            runcache::__loom_thread_exit();
+        });
+        c.set_capacity(1);
+        inserter.join().unwrap();
+        let (size, cap) = c.weighted_size_and_capacity();
+        assert!(size <= cap && cap == 1, "size {size}, capacity {cap}");
+        let evicted = heard.0[0].load(Ordering::Relaxed);
+        assert_eq!(evicted + c.len(), 2, "what is not cached was evicted");
+        c.__validate().expect("exact accounting and queues");
+        drop(c);
+        assert_eq!(drops.load(Ordering::Relaxed), 2);
+    });
+}
