@@ -1,120 +1,48 @@
-//! Churn: Zipf-distributed keys over a key space larger than the cache, so 10–20% of lookups
+//! Churn: Zipf-distributed keys over a key space larger than the cache, so 10–30% of lookups
 //! miss and insert, evicting something. runcache against quick_cache and moka (all evicting,
 //! all with the same capacity), at 1 and 2 threads.
 //!
-//! One iteration is a batch of `BATCH` get-or-insert operations (`Throughput::Elements`). After
-//! the measurements the bench prints each subject's miss ratio, so the 10–20% band can be
-//! checked.
+//! One iteration is a batch of `BATCH` get-or-insert operations per thread
+//! (`Throughput::Elements`). After the measurements the bench prints each subject's miss
+//! ratio, so the band can be checked.
+
+mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::{on_threads, subject, zipf_keys, CACHE_SUBJECTS};
 
 const KEYS: u64 = 100_000;
 const CAPACITY: u64 = 10_000;
 const BATCH: usize = 1024;
 const ZIPF_S: f64 = 1.0;
 
-type Hasher = foldhash::fast::RandomState;
-
-fn keys(seed: u64) -> Vec<u64> {
-    let dist = rand_distr::Zipf::new(KEYS as f64, ZIPF_S).expect("valid Zipf parameters");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..1 << 20).map(|_| rng.sample(dist) as u64).collect()
-}
-
-/// A cache under test: `get` or, on a miss, `insert`; returns whether it hit.
-trait Subject: Sync {
-    fn access(&self, k: u64) -> bool;
-}
-
-impl Subject for runcache::Cache<u64, u64> {
-    fn access(&self, k: u64) -> bool {
-        if self.get(&k).is_some() {
-            return true;
-        }
-        let _ = self.insert(k, k);
-        false
-    }
-}
-
-impl Subject for quick_cache::sync::Cache<u64, u64> {
-    fn access(&self, k: u64) -> bool {
-        if self.get(&k).is_some() {
-            return true;
-        }
-        self.insert(k, k);
-        false
-    }
-}
-
-impl Subject for moka::sync::Cache<u64, u64, Hasher> {
-    fn access(&self, k: u64) -> bool {
-        if self.get(&k).is_some() {
-            return true;
-        }
-        self.insert(k, k);
-        false
-    }
-}
-
-fn make(name: &str) -> Box<dyn Subject> {
-    match name {
-        "runcache" => Box::new(
-            runcache::Cache::<u64, u64>::builder()
-                .capacity(CAPACITY)
-                .build()
-                .unwrap(),
-        ),
-        "quick_cache" => Box::new(quick_cache::sync::Cache::<u64, u64>::new(CAPACITY as usize)),
-        "moka" => Box::new(
-            moka::sync::Cache::builder()
-                .max_capacity(CAPACITY)
-                .build_with_hasher(Hasher::default()),
-        ),
-        other => unreachable!("unknown subject {other}"),
-    }
-}
-
 fn churn(c: &mut Criterion) {
-    let streams = [keys(1), keys(2)];
+    let streams = [
+        zipf_keys(KEYS, ZIPF_S, 1 << 20, 1),
+        zipf_keys(KEYS, ZIPF_S, 1 << 20, 2),
+    ];
     let mut misses = Vec::new();
     for threads in [1usize, 2] {
         let mut group = c.benchmark_group(format!("churn/{threads}-threads"));
         group.throughput(Throughput::Elements((threads * BATCH) as u64));
-        for name in ["runcache", "quick_cache", "moka"] {
-            let subject = make(name);
+        for name in CACHE_SUBJECTS {
+            let subject = subject(name, CAPACITY);
             let (hits, total) = (AtomicU64::new(0), AtomicU64::new(0));
             group.bench_function(BenchmarkId::from_parameter(name), |b| {
                 b.iter_custom(|iters| {
-                    let start = Barrier::new(threads + 1);
-                    std::thread::scope(|s| {
-                        for (t, stream) in streams.iter().enumerate().take(threads) {
-                            let (start, subject) = (&start, &subject);
-                            let (hits, total) = (&hits, &total);
-                            s.spawn(move || {
-                                start.wait();
-                                let mut at = (t * 7919) % stream.len();
-                                let mut mine = 0;
-                                for _ in 0..iters {
-                                    for _ in 0..BATCH {
-                                        mine += u64::from(subject.access(stream[at]));
-                                        at = (at + 1) % stream.len();
-                                    }
-                                }
-                                hits.fetch_add(mine, Ordering::Relaxed);
-                                total.fetch_add(iters * BATCH as u64, Ordering::Relaxed);
-                            });
-                        }
-                        start.wait();
-                        let t0 = Instant::now();
-                        // The scope joins every thread before returning.
-                        t0
+                    on_threads(threads, iters, |t, i| {
+                        let stream = &streams[t];
+                        let at = (t * 7919 + i as usize * BATCH) % (stream.len() - BATCH);
+                        let mine = stream[at..at + BATCH]
+                            .iter()
+                            .filter(|k| subject.access(**k))
+                            .count();
+                        hits.fetch_add(mine as u64, Ordering::Relaxed);
+                        total.fetch_add(BATCH as u64, Ordering::Relaxed);
                     })
-                    .elapsed()
                 })
             });
             let (h, n) = (

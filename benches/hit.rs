@@ -13,16 +13,18 @@
 //! cargo bench --bench hit -- --quick      # a quick look
 //! ```
 
+mod support;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 const KEYS: u64 = 10_000;
 const BATCH: usize = 1024;
 
-type Hasher = foldhash::fast::RandomState;
+use support::{on_threads, Hasher};
 
 /// Keys in a shuffled order (a fixed xorshift permutation per seed).
 fn order(seed: u64) -> Vec<u64> {
@@ -197,31 +199,6 @@ fn hits(c: &mut Criterion) {
         });
     }
     two.finish();
-}
-
-/// Runs `iters` iterations of `work` on each of `threads` threads, started together; returns
-/// the wall time until the last one finished.
-fn on_threads(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (start, work) = (&start, &work);
-                s.spawn(move || {
-                    start.wait();
-                    for i in 0..iters {
-                        work(t, i);
-                    }
-                })
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        for h in handles {
-            h.join().unwrap();
-        }
-        t0.elapsed()
-    })
 }
 
 criterion_group! {

@@ -1,0 +1,600 @@
+//! The comparison runner: a short version of every benchmark workload, runcache against its
+//! peers in the same run, printed as one table of ratios (runcache / peer) with the machine it
+//! ran on.
+//!
+//! ```text
+//! cargo run --release --example compare                # print the table
+//! cargo run --release --example compare -- --write     # also regenerate docs/BENCHMARKS.md
+//!                                                      # and the plots in docs/bench/
+//! cargo run --release --example compare -- --quick     # a fraction of the operations
+//! ```
+//!
+//! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
+//! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction, the
+//! single-flight storm, memory per entry (a counting global allocator), and hit ratio against
+//! capacity on a Zipf trace. Each throughput is the best of three runs.
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Counts the bytes the process has allocated while `COUNTING` is on.
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static NET_BYTES: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is forwarded to `System` with the same arguments; the counter is a side
+// effect that allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() && COUNTING.load(Ordering::Relaxed) {
+            NET_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            NET_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded from the caller, who allocated `ptr` with `layout` here.
+        unsafe { System.dealloc(ptr, layout) };
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded from the caller, who allocated `ptr` with `layout` here.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() && COUNTING.load(Ordering::Relaxed) {
+            NET_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// How much work each measurement does.
+struct Scale {
+    hits: usize,
+    mix_ops: usize,
+    churn_ops: usize,
+    storms: usize,
+    trace: usize,
+}
+
+/// Best of three: the highest throughput in millions of operations per second.
+fn best_mops(ops: usize, mut run: impl FnMut() -> Duration) -> f64 {
+    (0..3)
+        .map(|_| ops as f64 / run().as_secs_f64() / 1e6)
+        .fold(0.0, f64::max)
+}
+
+/// A row of results: a workload, runcache's figure, and each peer's.
+struct Row {
+    workload: String,
+    unit: &'static str,
+    runcache: f64,
+    peers: Vec<(&'static str, f64)>,
+    /// Whether a larger figure is better (throughput) or a smaller one (bytes, time).
+    higher_is_better: bool,
+}
+
+impl Row {
+    fn ratio(&self, peer: f64) -> f64 {
+        if self.higher_is_better {
+            self.runcache / peer
+        } else {
+            peer / self.runcache
+        }
+    }
+}
+
+fn hits(scale: &Scale, rows: &mut Vec<Row>) {
+    const BATCH: usize = 1024;
+    for keys in [10_000u64, 1_000_000] {
+        for s in [0.5, 1.0] {
+            let stream = zipf_keys(keys, s, 1 << 20, 5);
+            let mut figure = HashMap::new();
+            for name in MAP_SUBJECTS {
+                let subject = hit_subject(name, keys);
+                let mops = best_mops(scale.hits, || {
+                    let t0 = Instant::now();
+                    let mut at = 0;
+                    for _ in 0..scale.hits / BATCH {
+                        black_box(subject.get_batch(&stream[at..at + BATCH]));
+                        at = (at + BATCH) % (stream.len() - BATCH);
+                    }
+                    t0.elapsed()
+                });
+                figure.insert(name, mops);
+            }
+            let map: HashMap<u64, u64, Hasher> = (0..keys).map(|k| (k, k)).collect();
+            let unsync = best_mops(scale.hits, || {
+                let t0 = Instant::now();
+                let mut at = 0;
+                for _ in 0..scale.hits / BATCH {
+                    let hits = stream[at..at + BATCH]
+                        .iter()
+                        .filter(|k| map.get(k).is_some_and(|v| v == *k))
+                        .count();
+                    black_box(hits);
+                    at = (at + BATCH) % (stream.len() - BATCH);
+                }
+                t0.elapsed()
+            });
+            let label = format!("hit, Zipf s={s}, {}k keys", keys / 1000);
+            rows.push(Row {
+                workload: format!("{label}, pinned"),
+                unit: "M/s",
+                runcache: figure["runcache-pinned"],
+                peers: vec![("papaya", figure["papaya"]), ("HashMap", unsync)],
+                higher_is_better: true,
+            });
+            rows.push(Row {
+                workload: format!("{label}, Arc"),
+                unit: "M/s",
+                runcache: figure["runcache"],
+                peers: vec![
+                    ("quick_cache", figure["quick_cache"]),
+                    ("moka", figure["moka"]),
+                    ("dashmap", figure["dashmap"]),
+                ],
+                higher_is_better: true,
+            });
+        }
+    }
+}
+
+/// Throughput of every mix at 1, 2 and 4 threads; also returns the series for the plots.
+fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<(&'static str, Vec<Series>)> {
+    let mut plots = Vec::new();
+    let names = ["runcache", "papaya", "quick_cache", "moka", "dashmap"];
+    for mix in MIXES {
+        let streams: Vec<_> = (0..4)
+            .map(|t| mix_ops(mix, scale.mix_ops, 17 + t))
+            .collect();
+        let mut series: Vec<Series> = names
+            .iter()
+            .map(|n| Series {
+                label: n.to_string(),
+                values: Vec::new(),
+            })
+            .collect();
+        for threads in [1usize, 2, 4] {
+            let mut figure = Vec::new();
+            for name in names {
+                let mops = best_mops(threads * scale.mix_ops, || {
+                    let subject = mix_subject(name);
+                    on_threads(threads, 1, |t, _| {
+                        black_box(run_ops(&*subject, &streams[t]));
+                    })
+                });
+                figure.push(mops);
+            }
+            for (s, f) in series.iter_mut().zip(&figure) {
+                s.values.push(*f);
+            }
+            let mut peers: Vec<(&'static str, f64)> = names[1..]
+                .iter()
+                .copied()
+                .zip(figure[1..].iter().copied())
+                .collect();
+            if threads == 1 {
+                let unsync = best_mops(scale.mix_ops, || {
+                    let mut map = mix_unsync();
+                    let t0 = Instant::now();
+                    black_box(run_ops_unsync(&mut map, &streams[0]));
+                    t0.elapsed()
+                });
+                peers.push(("HashMap", unsync));
+            }
+            rows.push(Row {
+                workload: format!("{} mix, {threads} thread(s)", mix.name),
+                unit: "M/s",
+                runcache: figure[0],
+                peers,
+                higher_is_better: true,
+            });
+        }
+        plots.push((mix.name, series));
+    }
+    plots
+}
+
+fn churn(scale: &Scale, rows: &mut Vec<Row>) {
+    const KEYS: u64 = 100_000;
+    const CAPACITY: u64 = 10_000;
+    let streams = [
+        zipf_keys(KEYS, 1.0, 1 << 20, 1),
+        zipf_keys(KEYS, 1.0, 1 << 20, 2),
+    ];
+    for threads in [1usize, 2] {
+        let mut figure = Vec::new();
+        let mut misses = Vec::new();
+        for name in CACHE_SUBJECTS {
+            let hits = AtomicU64::new(0);
+            let mops = best_mops(threads * scale.churn_ops, || {
+                let subject = subject(name, CAPACITY);
+                hits.store(0, Ordering::Relaxed);
+                on_threads(threads, 1, |t, _| {
+                    let stream = &streams[t];
+                    let mut mine = 0;
+                    for i in 0..scale.churn_ops {
+                        mine += u64::from(subject.access(stream[i % stream.len()]));
+                    }
+                    hits.fetch_add(mine, Ordering::Relaxed);
+                })
+            });
+            figure.push(mops);
+            let total = (threads * scale.churn_ops) as f64;
+            misses.push(100.0 * (1.0 - hits.load(Ordering::Relaxed) as f64 / total));
+        }
+        rows.push(Row {
+            workload: format!(
+                "churn, Zipf s=1, 100k keys, capacity 10k ({:.0}% misses), {threads} thread(s)",
+                misses[0]
+            ),
+            unit: "M/s",
+            runcache: figure[0],
+            peers: vec![("quick_cache", figure[1]), ("moka", figure[2])],
+            higher_is_better: true,
+        });
+    }
+}
+
+/// Mean storm time over the builder's time, and the most builds one storm ran.
+fn storm(scale: &Scale, rows: &mut Vec<Row>) {
+    const THREADS: usize = 8;
+    const BUILD: Duration = Duration::from_millis(2);
+    let build = |builds: &AtomicU64| {
+        builds.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(BUILD);
+        7u64
+    };
+    let mut figure = Vec::new();
+    let mut most_builds = Vec::new();
+    for name in CACHE_SUBJECTS {
+        let mut total = Duration::ZERO;
+        let mut most = 0;
+        for _ in 0..scale.storms {
+            let builds = AtomicU64::new(0);
+            let run = |get: &(dyn Fn() -> u64 + Sync)| {
+                on_threads(THREADS, 1, |_, _| {
+                    black_box(get());
+                })
+            };
+            let took = match name {
+                "runcache" => {
+                    let c = runcache::Cache::<u64, u64>::new(100);
+                    run(&|| *c.get_or_insert_with(1, || build(&builds)))
+                }
+                "quick_cache" => {
+                    let c = quick_cache::sync::Cache::<u64, u64>::new(100);
+                    run(&|| {
+                        c.get_or_insert_with(&1, || Ok::<_, ()>(build(&builds)))
+                            .unwrap_or(0)
+                    })
+                }
+                _ => {
+                    let c = moka::sync::Cache::<u64, u64>::new(100);
+                    run(&|| c.get_with(1, || build(&builds)))
+                }
+            };
+            total += took;
+            most = most.max(builds.load(Ordering::Relaxed));
+        }
+        figure.push(total.as_secs_f64() / scale.storms as f64 / BUILD.as_secs_f64());
+        most_builds.push(most);
+    }
+    rows.push(Row {
+        workload: format!(
+            "single-flight storm, {THREADS} threads, 2 ms builder: time / builder time (builds: runcache {}, quick_cache {}, moka {})",
+            most_builds[0], most_builds[1], most_builds[2]
+        ),
+        unit: "×",
+        runcache: figure[0],
+        peers: vec![("quick_cache", figure[1]), ("moka", figure[2])],
+        higher_is_better: false,
+    });
+}
+
+/// Net bytes allocated while `fill` runs, per entry.
+fn bytes_per_entry(entries: u64, fill: impl FnOnce()) -> f64 {
+    NET_BYTES.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::SeqCst);
+    fill();
+    COUNTING.store(false, Ordering::SeqCst);
+    NET_BYTES.load(Ordering::Relaxed) as f64 / entries as f64
+}
+
+fn memory(rows: &mut Vec<Row>) {
+    const N: u64 = 100_000;
+    let runcache = {
+        let c = runcache::Cache::<u64, u64>::new(2 * N);
+        let b = bytes_per_entry(N, || {
+            (0..N).for_each(|k| {
+                c.insert(k, k).expect("the capacity holds every entry");
+            })
+        });
+        drop(c);
+        b
+    };
+    let quick = {
+        let c = quick_cache::sync::Cache::<u64, u64>::new(2 * N as usize);
+        bytes_per_entry(N, || (0..N).for_each(|k| c.insert(k, k)))
+    };
+    let moka = {
+        let c = moka::sync::Cache::<u64, u64>::new(2 * N);
+        bytes_per_entry(N, || {
+            (0..N).for_each(|k| c.insert(k, k));
+            c.run_pending_tasks();
+        })
+    };
+    let papaya = {
+        let c = papaya::HashMap::<u64, u64>::new();
+        bytes_per_entry(N, || {
+            (0..N).for_each(|k| {
+                c.pin().insert(k, k);
+            })
+        })
+    };
+    let dash = {
+        let c = dashmap::DashMap::<u64, u64>::new();
+        bytes_per_entry(N, || {
+            (0..N).for_each(|k| {
+                c.insert(k, k);
+            })
+        })
+    };
+    let unsync = {
+        let mut c = HashMap::<u64, u64, Hasher>::with_hasher(Hasher::default());
+        let b = bytes_per_entry(N, || {
+            (0..N).for_each(|k| {
+                c.insert(k, k);
+            })
+        });
+        black_box(&c);
+        b
+    };
+    rows.push(Row {
+        workload: "memory per entry (u64 → u64, 100k entries), bytes".to_string(),
+        unit: "B",
+        runcache,
+        peers: vec![
+            ("quick_cache", quick),
+            ("moka", moka),
+            ("papaya", papaya),
+            ("dashmap", dash),
+            ("HashMap", unsync),
+        ],
+        higher_is_better: false,
+    });
+}
+
+/// Hit ratio against capacity on a Zipf trace (s = 0.9, 100k keys), one thread.
+fn hit_ratio(scale: &Scale) -> (Vec<String>, Vec<Series>) {
+    let trace = zipf_keys(100_000, 0.9, scale.trace, 11);
+    let capacities = [250u64, 500, 1000, 2500, 5000, 10_000];
+    let mut series = Vec::new();
+    for name in CACHE_SUBJECTS {
+        let values = capacities
+            .iter()
+            .map(|&c| {
+                let s = subject(name, c);
+                let hits = trace.iter().filter(|k| s.access(**k)).count();
+                100.0 * hits as f64 / trace.len() as f64
+            })
+            .collect();
+        series.push(Series {
+            label: name.to_string(),
+            values,
+        });
+    }
+    let values = capacities
+        .iter()
+        .map(|&c| {
+            let mut lru = lru::LruCache::<u64, ()>::new(
+                std::num::NonZeroUsize::new(c as usize).expect("positive"),
+            );
+            let hits = trace
+                .iter()
+                .filter(|k| lru.get(*k).is_some() || lru.put(**k, ()).is_some())
+                .count();
+            100.0 * hits as f64 / trace.len() as f64
+        })
+        .collect();
+    series.push(Series {
+        label: "LRU".to_string(),
+        values,
+    });
+    (capacities.iter().map(|c| c.to_string()).collect(), series)
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "{cpu}, {cores} cores available, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut out = String::from("| workload | runcache | ratio runcache / peer (higher is better for runcache) |\n|---|---|---|\n");
+    for r in rows {
+        let ratios: Vec<String> = r
+            .peers
+            .iter()
+            .map(|(p, v)| format!("{:.2}× {p} ({})", r.ratio(*v), figure(*v, r.unit)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            r.workload,
+            figure(r.runcache, r.unit),
+            ratios.join(", ")
+        );
+    }
+    out
+}
+
+fn figure(v: f64, unit: &str) -> String {
+    match unit {
+        "M/s" => format!("{v:.1} M/s"),
+        "×" => format!("{v:.2}×"),
+        _ => format!("{v:.0} {unit}"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    for a in &args {
+        if !matches!(a.as_str(), "--write" | "--quick") {
+            eprintln!("unknown argument {a:?}; expected --write and/or --quick");
+            return ExitCode::from(2);
+        }
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let write = args.iter().any(|a| a == "--write");
+    let scale = if quick {
+        Scale {
+            hits: 1 << 18,
+            mix_ops: 1 << 16,
+            churn_ops: 1 << 17,
+            storms: 5,
+            trace: 100_000,
+        }
+    } else {
+        Scale {
+            hits: 1 << 21,
+            mix_ops: 1 << 18,
+            churn_ops: 1 << 20,
+            storms: 20,
+            trace: 500_000,
+        }
+    };
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    eprintln!("memory per entry ...");
+    memory(&mut rows);
+    eprintln!("hits ...");
+    hits(&scale, &mut rows);
+    eprintln!("mixes ...");
+    let mix_plots = mixes(&scale, &mut rows);
+    eprintln!("churn ...");
+    churn(&scale, &mut rows);
+    eprintln!("storm ...");
+    storm(&scale, &mut rows);
+    eprintln!("hit ratio ...");
+    let (capacities, ratio_series) = hit_ratio(&scale);
+    let machine = machine();
+    let table = table(&rows);
+    println!("machine: {machine}\n\n{table}");
+    println!(
+        "hit ratio (%), Zipf s=0.9 over 100k keys, {} accesses:",
+        scale.trace
+    );
+    for s in &ratio_series {
+        let v: Vec<String> = s.values.iter().map(|v| format!("{v:.1}")).collect();
+        println!("  {:<12} {}", s.label, v.join("  "));
+    }
+    println!("  capacities   {}", capacities.join("  "));
+    eprintln!("took {:.0} s", started.elapsed().as_secs_f64());
+    if write {
+        if let Err(e) = write_docs(
+            &machine,
+            &table,
+            &mix_plots,
+            &capacities,
+            &ratio_series,
+            &scale,
+        ) {
+            eprintln!("could not write the report: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("wrote docs/BENCHMARKS.md and docs/bench/*.svg");
+    }
+    ExitCode::SUCCESS
+}
+
+fn write_docs(
+    machine: &str,
+    table: &str,
+    mix_plots: &[(&'static str, Vec<Series>)],
+    capacities: &[String],
+    ratio_series: &[Series],
+    scale: &Scale,
+) -> std::io::Result<()> {
+    let dir = Path::new("docs/bench");
+    std::fs::create_dir_all(dir)?;
+    let threads: Vec<String> = ["1", "2", "4"].iter().map(|s| s.to_string()).collect();
+    let mut plots = String::new();
+    for (name, series) in mix_plots {
+        let svg = line_chart(
+            &format!("{name} mix: throughput vs threads"),
+            "M ops/s",
+            &threads,
+            series,
+            None,
+        );
+        std::fs::write(dir.join(format!("mix-{name}.svg")), svg)?;
+        let _ = writeln!(plots, "![{name} mix](bench/mix-{name}.svg)\n");
+    }
+    let svg = line_chart(
+        "hit ratio vs capacity (Zipf s=0.9, 100k keys)",
+        "hit ratio %",
+        capacities,
+        ratio_series,
+        Some(100.0),
+    );
+    std::fs::write(dir.join("hit-ratio.svg"), svg)?;
+    let _ = writeln!(plots, "![hit ratio vs capacity](bench/hit-ratio.svg)");
+    let doc = format!(
+        "# Benchmarks\n\n\
+         Generated by `cargo run --release --example compare -- --write`; do not edit by hand.\n\n\
+         ## Method\n\n\
+         - Machine: {machine}. A shared development machine: figures move by 10–30% between\n  \
+           runs, so only ratios measured side by side in one run mean anything.\n\
+         - Every subject uses foldhash where it takes a hasher (quick_cache uses its default);\n  \
+           the system allocator (glibc malloc) throughout; a counting global allocator that only\n  \
+           counts while the memory measurement runs.\n\
+         - `Arc` get means the value comes back as an `Arc` clone (runcache `get`, quick_cache,\n  \
+           moka and dashmap storing `Arc<u64>`); pinned get borrows under one guard per batch of\n  \
+           1024 lookups (runcache `pin().get`, papaya `pin().get`). The unsynchronized `HashMap`\n  \
+           is the per-core limit.\n\
+         - Mixes are conc-map-bench's: read-heavy 98% get / 1% insert / 1% remove; exchange\n  \
+           10/40/40 plus 10% update; rapid-grow 5/80/5 plus 10% update; uniform keys over\n  \
+           {} keys, half present at the start; every thread its own operation stream.\n\
+         - Each throughput is the best of three runs of {} (hits), {} per thread (mixes) and {}\n  \
+           per thread (churn) operations. The criterion benches (`cargo bench --bench zipf`,\n  \
+           `mixes`, `churn`, `storm`, `hit`) measure the same workloads with confidence intervals.\n\n\
+         ## Results\n\n{table}\n\
+         Ratios are runcache / peer for throughput and peer / runcache for time and bytes, so a\n\
+         ratio above 1 always favours runcache.\n\n\
+         ## Plots\n\n{plots}\n",
+        MIX_KEYS, scale.hits, scale.mix_ops, scale.churn_ops
+    );
+    std::fs::write("docs/BENCHMARKS.md", doc)
+}
