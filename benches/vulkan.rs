@@ -3,8 +3,10 @@
 //! - `upload_64mib`: runcache's `upload` (mapping where the memory allows it, and forced
 //!   through staging) against a minimal hand-written staging-and-copy upload: a host-visible
 //!   staging buffer, a device-local buffer, one copy, one fence.
-//! - `small_buffers_10k`: 10,000 buffers of 4–64 KiB made and freed, sub-allocated by runcache
-//!   against one dedicated `vkAllocateMemory` per buffer.
+//! - `small_buffers_10k`: 10,000 buffers of 4–64 KiB made and freed: runcache's slots of shared
+//!   block buffers (warm: blocks kept from earlier iterations; cold: a fresh allocator, so the
+//!   blocks are made inside the timing) against one `vkCreateBuffer` and one dedicated
+//!   `vkAllocateMemory` per buffer.
 //!
 //! `VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json cargo bench --features vulkan
 //! --bench vulkan` (lavapipe); without a driver it prints why and measures nothing.
@@ -180,6 +182,8 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("small_buffers_10k");
     g.sample_size(10);
     g.throughput(Throughput::Elements(SMALL as u64));
+    // Warm: the allocator's small-buffer blocks exist from earlier iterations, so making a
+    // buffer is a pop from its class's free list.
     g.bench_function("runcache", |b| {
         b.iter_batched(
             || (),
@@ -188,6 +192,21 @@ fn benches(c: &mut Criterion) {
                     .map(|i| mapped.allocate(small_size(i)).unwrap())
                     .collect();
                 drop(black_box(v));
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    // Cold: a fresh allocator per iteration (made and dropped outside the timing), so every
+    // block buffer and its device memory is created inside it.
+    g.bench_function("runcache_cold", |b| {
+        b.iter_batched(
+            || VulkanAllocator::new(ctx.clone()).unwrap(),
+            |gpu| {
+                let v: Vec<_> = (0..SMALL)
+                    .map(|i| gpu.allocate(small_size(i)).unwrap())
+                    .collect();
+                drop(black_box(v));
+                gpu
             },
             BatchSize::PerIteration,
         )

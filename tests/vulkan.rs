@@ -443,3 +443,57 @@ fn a_soft_limit_hit_by_concurrent_uploads_leaks_nothing() {
     drop(gpu);
     assert_clean(&ctx);
 }
+
+/// Small buffers are 256-aligned ranges of shared block buffers: ranges never overlap, each
+/// keeps its own bytes (written by mapping and through staging), and a freed slot is reused.
+#[test]
+fn small_buffers_are_disjoint_aligned_ranges_of_shared_blocks() {
+    let Some(ctx) = context() else { return };
+    for staged in [false, true] {
+        let gpu = VulkanAllocator::builder(ctx.clone())
+            .force_staging(staged)
+            .build()
+            .unwrap();
+        let sizes: Vec<usize> = (0..96).map(|i| 1 + (i * 977) % 9000).collect();
+        let buffers: Vec<DeviceBuffer> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| gpu.upload(&pattern(n, i as u8)).unwrap())
+            .collect();
+        for (i, b) in buffers.iter().enumerate() {
+            assert_eq!(b.offset() % 256, 0, "offset {} is not bindable", b.offset());
+            assert!(!b.is_dedicated());
+            let back = gpu.read(b, 0, b.size()).unwrap();
+            assert!(
+                back == pattern(sizes[i], i as u8),
+                "buffer {i} was overwritten"
+            );
+            for (j, o) in buffers.iter().enumerate().skip(i + 1) {
+                if o.buffer() == b.buffer() {
+                    let disjoint =
+                        b.offset() + b.size() <= o.offset() || o.offset() + o.size() <= b.offset();
+                    assert!(disjoint, "buffers {i} and {j} overlap");
+                }
+            }
+        }
+        let shared = buffers
+            .iter()
+            .filter(|b| b.buffer() == buffers[0].buffer())
+            .count();
+        assert!(shared > 1, "small buffers share their block's vk::Buffer");
+        let mut buffers = buffers;
+        let freed = buffers.remove(0);
+        let (buffer, offset) = (freed.buffer(), freed.offset());
+        drop(freed);
+        let again = gpu.allocate(sizes[0] as u64).unwrap();
+        assert_eq!(
+            (again.buffer(), again.offset()),
+            (buffer, offset),
+            "the freed slot is reused"
+        );
+        drop(again);
+        drop(buffers);
+        assert_eq!(gpu.used_bytes(), 0);
+    }
+    assert_clean(&ctx);
+}

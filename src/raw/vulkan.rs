@@ -6,12 +6,16 @@
 //!   blocks (a dedicated allocation above a threshold), and fills them either by mapping (when
 //!   the memory is also host-visible and coherent: unified memory, ReBAR, lavapipe) or through
 //!   a recycled staging slot, a transfer copy and a fence.
-//! - [`DeviceBuffer`] owns one such buffer and frees it when dropped.
+//! - Small buffers (up to [`SLAB_MAX`]) do not get a `vk::Buffer` of their own: they are
+//!   ranges of a shared 4 MiB block buffer, one slot of a power-of-two size class, handed out
+//!   from a free list. Making one is a pop from that list, with no driver call.
+//! - [`DeviceBuffer`] owns one such buffer (or slot) and frees it when dropped.
 //!
 //! Locks: gpu-allocator's `Allocator` takes `&mut self`, and Vulkan requires queue submissions
-//! and command pools to be externally synchronized, so this layer holds two `Mutex`es (the
-//! allocator, the queue). Both are taken only when a buffer is made, filled, read or freed —
-//! the miss path — never on a cache hit, which stays in the lock-free table.
+//! and command pools to be externally synchronized, so this layer holds three `Mutex`es (the
+//! slab free lists, the allocator, the queue; taken in that order when nested). All are taken
+//! only when a buffer is made, filled, read or freed — the miss path — never on a cache hit,
+//! which stays in the lock-free table.
 
 use crate::constant::DeviceMemory;
 use crate::error::VulkanError;
@@ -33,6 +37,69 @@ const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
 /// How long a transfer may take before [`VulkanError::Timeout`].
 const FENCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest buffer that is a slot of a shared block rather than a `vk::Buffer` of its own.
+pub const SLAB_MAX: u64 = 256 << 10;
+/// The smallest slot: a multiple of every device's `minStorageBufferOffsetAlignment` and
+/// `minUniformBufferOffsetAlignment` (the specification caps both at 256), so a slot's offset
+/// can be bound directly.
+const SLAB_MIN: u64 = 256;
+/// Size classes: 256 B, 512 B, ... `SLAB_MAX`.
+const SLAB_CLASSES: usize = (SLAB_MAX.trailing_zeros() - SLAB_MIN.trailing_zeros() + 1) as usize;
+/// The bytes of one block buffer, cut into equal slots of its class.
+const SLAB_BLOCK: u64 = 4 << 20;
+
+/// Usage of every buffer this layer makes (a slot's block included).
+const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
+        | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
+        | vk::BufferUsageFlags::UNIFORM_BUFFER.as_raw(),
+);
+
+/// The size class of a small request, and its slot size.
+fn slab_class(size: u64) -> (usize, u64) {
+    let slot = size.next_power_of_two().max(SLAB_MIN);
+    (
+        (slot.trailing_zeros() - SLAB_MIN.trailing_zeros()) as usize,
+        slot,
+    )
+}
+
+/// Where an allocation's bytes are: its device memory, the offset in it, and the host address
+/// of its first byte when the memory is mapped, host-visible and coherent (else 0).
+fn placement(a: &Allocation) -> (vk::DeviceMemory, u64, usize) {
+    let coherent = a
+        .memory_properties()
+        .contains(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT);
+    let mapped = a
+        .mapped_ptr()
+        .filter(|_| coherent)
+        .map_or(0, |p| p.as_ptr() as usize);
+    // SAFETY: only reads the handle; the allocation is alive.
+    (unsafe { a.memory() }, a.offset(), mapped)
+}
+
+/// One block of a size class: a 4 MiB buffer bound to its own sub-allocation.
+struct SlabBlock {
+    buffer: vk::Buffer,
+    allocation: Allocation,
+}
+
+/// The small-buffer blocks and, per size class, the free slots as `(block, slot)`.
+#[derive(Default)]
+struct Slabs {
+    blocks: Vec<SlabBlock>,
+    free: [Vec<(u32, u32)>; SLAB_CLASSES],
+}
+
+/// Where a small buffer lives: its class, block and slot.
+#[derive(Clone, Copy, Debug)]
+struct SlotId {
+    class: usize,
+    block: u32,
+    slot: u32,
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding either lock leaves nothing half-done that a later caller could
@@ -722,8 +789,10 @@ impl Drop for Staging {
 
 /// Shared by an allocator and the buffers it made, so a buffer can free itself.
 struct Shared {
-    // Field order is drop order: staging slots and the allocator go before the context.
+    // Field order is drop order: staging slots and the allocator go before the context (the
+    // slab blocks are freed by `Drop for Shared`, before any field).
     staging: PoolManager<Option<Staging>>,
+    slabs: Mutex<Slabs>,
     gpu: Mutex<Allocator>,
     /// Bytes of live buffers made by this allocator.
     used: AtomicU64,
@@ -733,6 +802,22 @@ struct Shared {
     force_staging: bool,
     prechecks: bool,
     ctx: Arc<VulkanContext>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Every buffer holds an `Arc` of this, so no slot is in use; the blocks go before the
+        // allocator they came from.
+        let slabs = std::mem::take(self.slabs.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let gpu = self.gpu.get_mut().unwrap_or_else(|p| p.into_inner());
+        for block in slabs.blocks {
+            // SAFETY: made on this device; no buffer uses a slot of it any more.
+            unsafe { self.ctx.device.destroy_buffer(block.buffer, None) };
+            if let Err(e) = gpu.free(block.allocation) {
+                log::error!("runcache: gpu-allocator could not free a block: {e}");
+            }
+        }
+    }
 }
 
 /// Configures a [`VulkanAllocator`]; see [`VulkanAllocator::builder`].
@@ -833,6 +918,7 @@ impl VulkanAllocatorBuilder {
         Ok(VulkanAllocator {
             shared: Arc::new(Shared {
                 staging,
+                slabs: Mutex::new(Slabs::default()),
                 gpu: Mutex::new(gpu),
                 used: AtomicU64::new(0),
                 soft_limit: AtomicU64::new(self.soft_limit.unwrap_or(u64::MAX)),
@@ -964,22 +1050,26 @@ impl VulkanAllocator {
         }
         let mut buffer = DeviceBuffer {
             buffer: vk::Buffer::null(),
+            offset: 0,
             allocation: None,
+            slot: None,
+            memory: vk::DeviceMemory::null(),
+            memory_offset: 0,
+            mapped: 0,
             size,
             align: 1,
             shared: Arc::clone(s),
         };
         // From here, dropping `buffer` undoes every step done so far.
+        if size <= SLAB_MAX {
+            self.take_slot(&mut buffer)?;
+            return Ok(buffer);
+        }
+        let d = &s.ctx.device;
         let info = vk::BufferCreateInfo::default()
             .size(size)
-            .usage(
-                vk::BufferUsageFlags::TRANSFER_SRC
-                    | vk::BufferUsageFlags::TRANSFER_DST
-                    | vk::BufferUsageFlags::STORAGE_BUFFER
-                    | vk::BufferUsageFlags::UNIFORM_BUFFER,
-            )
+            .usage(BUFFER_USAGE)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        let d = &s.ctx.device;
         // SAFETY: a valid device and create info.
         buffer.buffer = unsafe { d.create_buffer(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, size))?;
@@ -1005,9 +1095,91 @@ impl VulkanAllocator {
         let bound = unsafe {
             d.bind_buffer_memory(buffer.buffer, allocation.memory(), allocation.offset())
         };
+        (buffer.memory, buffer.memory_offset, buffer.mapped) = placement(&allocation);
         buffer.allocation = Some(allocation);
         bound.map_err(|r| VulkanError::from_vk("vkBindBufferMemory", r, size))?;
         Ok(buffer)
+    }
+
+    /// Makes `buffer` (small, reserved, not yet backed) a free slot of its size class, adding
+    /// a block to the class when it has none free.
+    fn take_slot(&self, buffer: &mut DeviceBuffer) -> Result<(), VulkanError> {
+        let s = &self.shared;
+        let (class, slot_size) = slab_class(buffer.size);
+        let mut slabs = lock(&s.slabs);
+        let (block, slot) = match slabs.free[class].pop() {
+            Some(free) => free,
+            None => {
+                let block =
+                    u32::try_from(slabs.blocks.len()).map_err(|_| VulkanError::Allocator {
+                        reason: "more than 2^32 small-buffer blocks".to_string(),
+                    })?;
+                slabs.blocks.push(self.new_block(buffer.size)?);
+                let slots = (SLAB_BLOCK / slot_size) as u32;
+                // Hand slots out from the front of the block: pushed in reverse, popped first.
+                slabs.free[class].extend((1..slots).rev().map(|i| (block, i)));
+                (block, 0)
+            }
+        };
+        let b = &slabs.blocks[block as usize];
+        let (memory, memory_offset, mapped) = placement(&b.allocation);
+        let offset = u64::from(slot) * slot_size;
+        buffer.buffer = b.buffer;
+        buffer.offset = offset;
+        buffer.slot = Some(SlotId { class, block, slot });
+        buffer.memory = memory;
+        buffer.memory_offset = memory_offset + offset;
+        buffer.mapped = if mapped == 0 {
+            0
+        } else {
+            mapped + offset as usize
+        };
+        buffer.align = slot_size;
+        Ok(())
+    }
+
+    /// A new 4 MiB block buffer for small buffers, bound to a sub-allocation of its own.
+    /// `requested` is the size of the request that needed it (for errors).
+    fn new_block(&self, requested: u64) -> Result<SlabBlock, VulkanError> {
+        let s = &self.shared;
+        let d = &s.ctx.device;
+        let info = vk::BufferCreateInfo::default()
+            .size(SLAB_BLOCK)
+            .usage(BUFFER_USAGE)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a valid device and create info.
+        let buffer = unsafe { d.create_buffer(&info, None) }
+            .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, requested))?;
+        // SAFETY: the buffer was just made on this device.
+        let requirements = unsafe { d.get_buffer_memory_requirements(buffer) };
+        let allocated = lock(&s.gpu).allocate(&AllocationCreateDesc {
+            name: "runcache small-buffer block",
+            requirements,
+            location: MemoryLocation::GpuOnly,
+            linear: true,
+            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+        });
+        let allocation = match allocated {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: made above, never bound or used.
+                unsafe { d.destroy_buffer(buffer, None) };
+                return Err(VulkanError::from_allocator(e, requested));
+            }
+        };
+        // SAFETY: the allocation satisfies the buffer's requirements at its offset; the
+        // buffer is bound once.
+        let bound =
+            unsafe { d.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+        if let Err(r) = bound {
+            // SAFETY: made above and not in use; the allocation is freed right after.
+            unsafe { d.destroy_buffer(buffer, None) };
+            if let Err(e) = lock(&s.gpu).free(allocation) {
+                log::error!("runcache: gpu-allocator could not free a block: {e}");
+            }
+            return Err(VulkanError::from_vk("vkBindBufferMemory", r, requested));
+        }
+        Ok(SlabBlock { buffer, allocation })
     }
 
     /// A device-local buffer holding `bytes`.
@@ -1065,7 +1237,10 @@ impl VulkanAllocator {
             // Make the copy visible to whatever the application runs next.
             staging.copy(
                 (staging.buffer, buffer.buffer),
-                region,
+                vk::BufferCopy {
+                    dst_offset: buffer.offset + region.dst_offset,
+                    ..region
+                },
                 vk::PipelineStageFlags::ALL_COMMANDS,
                 vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
             )?;
@@ -1107,7 +1282,10 @@ impl VulkanAllocator {
             // Make the copy visible to the host read after the fence.
             staging.copy(
                 (buffer.buffer, staging.buffer),
-                region,
+                vk::BufferCopy {
+                    src_offset: buffer.offset + region.src_offset,
+                    ..region
+                },
                 vk::PipelineStageFlags::HOST,
                 vk::AccessFlags::HOST_READ,
             )?;
@@ -1170,19 +1348,13 @@ impl VulkanAllocator {
         Ok(())
     }
 
-    /// The host address of the buffer's memory, if it is mapped and coherent and mapping is
-    /// allowed.
+    /// The host address of the buffer's first byte, if its memory is mapped and coherent and
+    /// mapping is allowed.
     fn mapped(&self, buffer: &DeviceBuffer) -> Option<*mut u8> {
-        if self.shared.force_staging {
+        if self.shared.force_staging || buffer.mapped == 0 {
             return None;
         }
-        let a = buffer.allocation.as_ref()?;
-        if !a.memory_properties().contains(
-            vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
-        ) {
-            return None;
-        }
-        a.mapped_ptr().map(|p| p.as_ptr().cast())
+        Some(buffer.mapped as *mut u8)
     }
 
     /// A staging slot, made on first use.
@@ -1235,17 +1407,36 @@ impl fmt::Debug for VulkanAllocator {
 /// (the cache's `Arc<ConstantBuffer>`) until every submission that reads it has completed, or
 /// hand it to [`VulkanAllocator::retire_after`] with that submission's fence.
 pub struct DeviceBuffer {
+    /// Its own buffer, or (for a slot) its block's, which it does not own.
     buffer: vk::Buffer,
+    /// Where the buffer's range starts inside `buffer` (0 unless it is a slot).
+    offset: u64,
+    /// Its own allocation (`None` for a slot).
     allocation: Option<Allocation>,
+    slot: Option<SlotId>,
+    memory: vk::DeviceMemory,
+    /// Where the range starts inside `memory`.
+    memory_offset: u64,
+    /// Host address of the range's first byte when mapped and coherent, else 0.
+    mapped: usize,
     size: u64,
     align: u64,
     shared: Arc<Shared>,
 }
 
 impl DeviceBuffer {
-    /// The `vk::Buffer` to bind in descriptor sets or copy from.
+    /// The `vk::Buffer` to bind in descriptor sets or copy from. A small buffer (up to
+    /// [`SLAB_MAX`]) shares it with others: use the range from [`offset`](Self::offset) for
+    /// [`size`](Self::size) bytes, never the whole buffer.
     pub fn buffer(&self) -> vk::Buffer {
         self.buffer
+    }
+
+    /// Where this buffer's bytes start inside [`buffer`](Self::buffer): 0 for a buffer of its
+    /// own, the slot's offset for a small one (a multiple of 256, so it can be bound as a
+    /// storage or uniform buffer offset on any device).
+    pub fn offset(&self) -> u64 {
+        self.offset
     }
 
     /// The size in bytes (as requested).
@@ -1253,14 +1444,9 @@ impl DeviceBuffer {
         self.size
     }
 
-    /// The device memory and the offset the buffer is bound at.
+    /// The device memory and the offset of this buffer's first byte in it.
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
-        self.allocation
-            .as_ref()
-            .map_or((vk::DeviceMemory::null(), 0), |a| {
-                // SAFETY: only reads the handle; the allocation is alive.
-                (unsafe { a.memory() }, a.offset())
-            })
+        (self.memory, self.memory_offset)
     }
 
     /// Whether the buffer has a device allocation of its own (not sub-allocated).
@@ -1286,7 +1472,10 @@ impl DeviceMemory for DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let s = &self.shared;
-        if self.buffer != vk::Buffer::null() {
+        if let Some(SlotId { class, block, slot }) = self.slot {
+            // The device is done with the range (the type's contract): its slot is free again.
+            lock(&s.slabs).free[class].push((block, slot));
+        } else if self.buffer != vk::Buffer::null() {
             // SAFETY: made on this device; the device is done with it (the type's contract).
             unsafe { s.ctx.device.destroy_buffer(self.buffer, None) };
         }
@@ -1304,6 +1493,7 @@ impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceBuffer")
             .field("buffer", &self.buffer)
+            .field("offset", &self.offset)
             .field("size", &self.size)
             .field("dedicated", &self.is_dedicated())
             .finish()

@@ -10,7 +10,14 @@
 //!   [`VulkanError::Loader`] instead of a link error.
 //! - [`VulkanAllocator`] makes device-local buffers, sub-allocated from 64 MiB blocks by
 //!   [gpu-allocator] (the well-kept pure-Rust allocator of the field), with a dedicated
-//!   allocation for buffers of 64 MiB and more. It fills them by mapping when the device-local
+//!   allocation for buffers of 64 MiB and more. Small buffers (up to [`SLAB_MAX`], 256 KiB) are
+//!   not buffers of their own: each is a slot of a shared 4 MiB block buffer, of the smallest
+//!   power-of-two size class (256 B and up) that holds it, so making one calls no driver
+//!   function once its class has a free slot. Bind a buffer as the range
+//!   ([`DeviceBuffer::buffer`], [`DeviceBuffer::offset`], [`DeviceBuffer::size`]); the offset is
+//!   a multiple of 256, valid for storage and uniform descriptors on every device. The cost:
+//!   up to half a slot of padding per small buffer, and blocks are kept until the allocator
+//!   drops. It fills them by mapping when the device-local
 //!   memory is also host-visible and coherent (unified memory, ReBAR, lavapipe), and otherwise
 //!   through a recycled staging slot (a [`PoolManager`](crate::pool::PoolManager) of
 //!   host-visible buffers, each with its own command buffer and fence), a transfer copy and a
@@ -52,7 +59,8 @@
 //!     .get_or_add(ConstantKey::new(1, 42), bytes.len(), || gpu.upload_constant(&bytes))
 //!     .expect("uploaded");
 //! let on_device = added.buffer.device_memory::<vulkan::DeviceBuffer>().unwrap();
-//! let _bind_me = on_device.buffer(); // a vk::Buffer for a descriptor set
+//! // The range to bind in a descriptor set: small buffers share a `vk::Buffer`.
+//! let _bind_me = (on_device.buffer(), on_device.offset(), on_device.size());
 //! # Ok::<(), runcache::VulkanError>(())
 //! ```
 //!
@@ -61,7 +69,7 @@
 pub use crate::error::VulkanError;
 pub use crate::raw::vulkan::{
     DeviceBuffer, HeapBudget, VulkanAllocator, VulkanAllocatorBuilder, VulkanContext,
-    VulkanContextBuilder,
+    VulkanContextBuilder, SLAB_MAX,
 };
 pub use ash;
 
