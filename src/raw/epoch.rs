@@ -6,8 +6,9 @@
 //! so that caches (and tests, and loom models) never share garbage, and so that the last
 //! handle to a cache's collector runs every deferred destructor of that cache (invariant
 //! **I7**). Registering a thread with a collector allocates, so each thread keeps a small
-//! thread-local list of `(cache id, LocalHandle, stats block)`; pinning is a short scan of
-//! that list (usually one entry) followed by crossbeam's own pin.
+//! thread-local list of `(cache id, LocalHandle, stats block)`. Pinning checks the entry the
+//! thread used last (one compare), else scans that list (usually one entry), then calls
+//! crossbeam's own pin.
 //!
 //! # Teardown
 //!
