@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Duration;
-use support::{hit_subject, zipf_keys, Hasher, MAP_SUBJECTS};
+use support::{get_batch_unsync, hit_subject, zipf_keys, Hasher, MAP_SUBJECTS};
 
 const BATCH: usize = 1024;
 const STREAM: usize = 1 << 20;
@@ -43,10 +43,7 @@ fn zipf_hits(c: &mut Criterion) {
                 b.iter(|| {
                     i += 1;
                     let at = (i * BATCH) % (STREAM - BATCH);
-                    let hits = stream[at..at + BATCH]
-                        .iter()
-                        .filter(|k| map.get(k).is_some_and(|v| v == *k))
-                        .count();
+                    let hits = get_batch_unsync(&map, &stream[at..at + BATCH]);
                     black_box(hits)
                 })
             });

@@ -126,10 +126,7 @@ fn hits(scale: &Scale, rows: &mut Vec<Row>) {
                 let t0 = Instant::now();
                 let mut at = 0;
                 for _ in 0..scale.hits / BATCH {
-                    let hits = stream[at..at + BATCH]
-                        .iter()
-                        .filter(|k| map.get(k).is_some_and(|v| v == *k))
-                        .count();
+                    let hits = get_batch_unsync(&map, &stream[at..at + BATCH]);
                     black_box(hits);
                     at = (at + BATCH) % (stream.len() - BATCH);
                 }

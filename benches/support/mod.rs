@@ -339,6 +339,14 @@ pub fn on_threads(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) 
     last - first
 }
 
+/// The unsynchronized baseline of a hit batch: looks every key of `keys` up in `map`;
+/// returns the hits.
+pub fn get_batch_unsync(map: &HashMap<u64, u64, Hasher>, keys: &[u64]) -> u64 {
+    keys.iter()
+        .map(|k| u64::from(map.get(k).is_some_and(|v| v == k)))
+        .sum()
+}
+
 /// A subject for hit benches: `keys` keys, all present, capacity twice that.
 pub fn hit_subject(name: &str, keys: u64) -> Box<dyn Subject> {
     let s = subject(name, keys * 2);

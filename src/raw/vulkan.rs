@@ -1065,40 +1065,72 @@ impl VulkanAllocator {
             self.take_slot(&mut buffer)?;
             return Ok(buffer);
         }
+        let (vk_buffer, allocation, align) = self.bound_buffer(
+            size,
+            size >= s.dedicated_threshold,
+            "runcache constant",
+            size,
+        )?;
+        (buffer.memory, buffer.memory_offset, buffer.mapped) = placement(&allocation);
+        buffer.buffer = vk_buffer;
+        buffer.allocation = Some(allocation);
+        buffer.align = align;
+        Ok(buffer)
+    }
+
+    /// A new device-local buffer of `size` bytes bound to memory of its own (a dedicated
+    /// allocation, or a gpu-allocator sub-allocation), with its alignment. On an error nothing
+    /// is left made; `requested` is the size the caller asked for (for the error).
+    fn bound_buffer(
+        &self,
+        size: u64,
+        dedicated: bool,
+        name: &'static str,
+        requested: u64,
+    ) -> Result<(vk::Buffer, Allocation, u64), VulkanError> {
+        let s = &self.shared;
         let d = &s.ctx.device;
         let info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(BUFFER_USAGE)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
         // SAFETY: a valid device and create info.
-        buffer.buffer = unsafe { d.create_buffer(&info, None) }
-            .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, size))?;
+        let buffer = unsafe { d.create_buffer(&info, None) }
+            .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, requested))?;
         // SAFETY: the buffer was just made on this device.
-        let requirements = unsafe { d.get_buffer_memory_requirements(buffer.buffer) };
-        buffer.align = requirements.alignment.max(1);
-        let scheme = if size >= s.dedicated_threshold {
-            AllocationScheme::DedicatedBuffer(buffer.buffer)
-        } else {
-            AllocationScheme::GpuAllocatorManaged
+        let requirements = unsafe { d.get_buffer_memory_requirements(buffer) };
+        let allocated = lock(&s.gpu).allocate(&AllocationCreateDesc {
+            name,
+            requirements,
+            location: MemoryLocation::GpuOnly,
+            linear: true,
+            allocation_scheme: if dedicated {
+                AllocationScheme::DedicatedBuffer(buffer)
+            } else {
+                AllocationScheme::GpuAllocatorManaged
+            },
+        });
+        let allocation = match allocated {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: made above, never bound or used.
+                unsafe { d.destroy_buffer(buffer, None) };
+                return Err(VulkanError::from_allocator(e, requested));
+            }
         };
-        let allocation = lock(&s.gpu)
-            .allocate(&AllocationCreateDesc {
-                name: "runcache constant",
-                requirements,
-                location: MemoryLocation::GpuOnly,
-                linear: true,
-                allocation_scheme: scheme,
-            })
-            .map_err(|e| VulkanError::from_allocator(e, size))?;
         // SAFETY: the allocation's memory satisfies the buffer's requirements (gpu-allocator
         // allocated it for them) at its offset; the buffer is bound once.
-        let bound = unsafe {
-            d.bind_buffer_memory(buffer.buffer, allocation.memory(), allocation.offset())
-        };
-        (buffer.memory, buffer.memory_offset, buffer.mapped) = placement(&allocation);
-        buffer.allocation = Some(allocation);
-        bound.map_err(|r| VulkanError::from_vk("vkBindBufferMemory", r, size))?;
-        Ok(buffer)
+        let bound =
+            unsafe { d.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+        if let Err(r) = bound {
+            // SAFETY: made above and not in use; the allocation is freed right after.
+            unsafe { d.destroy_buffer(buffer, None) };
+            if let Err(e) = lock(&s.gpu).free(allocation) {
+                log::error!("runcache: gpu-allocator could not free an allocation: {e}");
+            }
+            return Err(VulkanError::from_vk("vkBindBufferMemory", r, requested));
+        }
+        Ok((buffer, allocation, requirements.alignment.max(1)))
     }
 
     /// Makes `buffer` (small, reserved, not yet backed) a free slot of its size class, adding
@@ -1141,44 +1173,8 @@ impl VulkanAllocator {
     /// A new 4 MiB block buffer for small buffers, bound to a sub-allocation of its own.
     /// `requested` is the size of the request that needed it (for errors).
     fn new_block(&self, requested: u64) -> Result<SlabBlock, VulkanError> {
-        let s = &self.shared;
-        let d = &s.ctx.device;
-        let info = vk::BufferCreateInfo::default()
-            .size(SLAB_BLOCK)
-            .usage(BUFFER_USAGE)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: a valid device and create info.
-        let buffer = unsafe { d.create_buffer(&info, None) }
-            .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, requested))?;
-        // SAFETY: the buffer was just made on this device.
-        let requirements = unsafe { d.get_buffer_memory_requirements(buffer) };
-        let allocated = lock(&s.gpu).allocate(&AllocationCreateDesc {
-            name: "runcache small-buffer block",
-            requirements,
-            location: MemoryLocation::GpuOnly,
-            linear: true,
-            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
-        });
-        let allocation = match allocated {
-            Ok(a) => a,
-            Err(e) => {
-                // SAFETY: made above, never bound or used.
-                unsafe { d.destroy_buffer(buffer, None) };
-                return Err(VulkanError::from_allocator(e, requested));
-            }
-        };
-        // SAFETY: the allocation satisfies the buffer's requirements at its offset; the
-        // buffer is bound once.
-        let bound =
-            unsafe { d.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
-        if let Err(r) = bound {
-            // SAFETY: made above and not in use; the allocation is freed right after.
-            unsafe { d.destroy_buffer(buffer, None) };
-            if let Err(e) = lock(&s.gpu).free(allocation) {
-                log::error!("runcache: gpu-allocator could not free a block: {e}");
-            }
-            return Err(VulkanError::from_vk("vkBindBufferMemory", r, requested));
-        }
+        let (buffer, allocation, _) =
+            self.bound_buffer(SLAB_BLOCK, false, "runcache small-buffer block", requested)?;
         Ok(SlabBlock { buffer, allocation })
     }
 
