@@ -58,7 +58,8 @@ pub struct Fetched<V> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WhenFull {
-    /// Evict entries chosen by the scan-resistant S3-FIFO policy until the new one fits (the
+    /// Evict entries chosen by the scan-resistant policy (S3-FIFO with TinyLFU's admission
+    /// duel, see the crate docs) until the new one fits (the
     /// default). An entry heavier than the whole capacity is still refused: it never flushes
     /// the cache.
     #[default]

@@ -72,11 +72,13 @@
 //!
 //! # Eviction
 //!
-//! The evicting policy is S3-FIFO: new entries enter a small FIFO, entries hit again move to
-//! the main FIFO, and what the small FIFO evicts is remembered in a ghost so it goes straight to
-//! the main FIFO if it comes back. A one-pass scan therefore does not flush frequently used
-//! entries. A hit writes the entry's 2-bit frequency only while it can still grow; entries being
-//! built are never evicted; shrinking the capacity evicts in policy order. An
+//! The evicting policy is S3-FIFO with TinyLFU's admission duel: new entries enter a small
+//! FIFO, entries hit there move to the main FIFO, and once the main FIFO is full a newcomer
+//! takes the place of its victim only if a frequency sketch says it is used more often. A
+//! one-pass scan or a loop larger than the cache therefore does not flush frequently used
+//! entries. A hit writes the entry's frequency byte only while it can still grow (nothing
+//! shared); entries being built are never evicted; shrinking the capacity evicts in policy
+//! order. An
 //! [`on_evict`](CacheBuilder::on_evict) listener hears every removal with its
 //! [`RemovalCause`].
 //!

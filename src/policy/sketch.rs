@@ -1,0 +1,126 @@
+//! A count-min sketch of access frequencies (TinyLFU's, after Einziger, Friedman and Manes,
+//! "TinyLFU: A Highly Efficient Cache Admission Policy", 2017).
+//!
+//! Every key counts in four 4-bit counters picked by its hash; its estimate is the smallest of
+//! the four, which can only overestimate. Counters saturate at 15. Every `period` additions
+//! all counters are halved, so old popularity fades and the sketch tracks the recent past.
+//!
+//! The counters are packed sixteen to an atomic word and updated with compare-and-swap, so
+//! concurrent additions never corrupt a neighbouring counter; an addition racing with a
+//! halving may be lost, which only costs precision. Nothing here is on the hit path: hits are
+//! counted in the entry itself and added here when the policy visits the entry.
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// The largest value of a counter.
+const MAX: u64 = 15;
+/// Per-row seeds (odd, from the SplitMix64 and golden-ratio families).
+const SEEDS: [u64; 4] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xBF58_476D_1CE4_E5B9,
+    0x94D0_49BB_1331_11EB,
+    0xD6E8_FEB8_6659_FD93,
+];
+
+pub(crate) struct Sketch {
+    words: Box<[AtomicU64]>,
+    /// Additions since the last halving.
+    added: AtomicUsize,
+    /// Halve every `period` additions.
+    period: usize,
+}
+
+impl Sketch {
+    /// A sketch for a cache of about `entries` entries: two words (32 counters) per entry,
+    /// halved every ten additions per entry. With one word per entry (Caffeine's sizing),
+    /// collisions cost P3 up to 0.4 points of hit ratio (`docs/DESIGN.md`). Under loom, four
+    /// words.
+    pub(crate) fn new(entries: usize) -> Self {
+        let entries = entries.clamp(16, 1 << 22);
+        let words = if cfg!(runcache_loom) {
+            4
+        } else {
+            (2 * entries).next_power_of_two()
+        };
+        Self {
+            words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            added: AtomicUsize::new(0),
+            period: 10 * entries,
+        }
+    }
+
+    /// The word and the bit shift of the counter that row `row` gives `hash`.
+    #[inline]
+    fn spot(&self, hash: u64, row: usize) -> (&AtomicU64, u32) {
+        let x = (hash ^ SEEDS[row]).wrapping_mul(SEEDS[(row + 1) & 3]);
+        let x = x ^ (x >> 29);
+        let word = (x >> 8) as usize & (self.words.len() - 1);
+        (&self.words[word], ((x & 15) as u32) * 4)
+    }
+
+    /// Adds `n` accesses of `hash` (each counter saturates at 15).
+    pub(crate) fn add(&self, hash: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        for row in 0..4 {
+            let (word, shift) = self.spot(hash, row);
+            // Relaxed: the counters are statistics; the CAS only keeps neighbours intact.
+            let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                let c = (w >> shift) & MAX;
+                (c < MAX).then(|| w + (((c + n).min(MAX) - c) << shift))
+            });
+        }
+        // Relaxed: only paces the halving.
+        if self.added.fetch_add(1, Ordering::Relaxed) + 1 == self.period {
+            self.halve();
+        }
+    }
+
+    /// The estimated recent access count of `hash`.
+    pub(crate) fn estimate(&self, hash: u64) -> u64 {
+        (0..4)
+            .map(|row| {
+                let (word, shift) = self.spot(hash, row);
+                // Relaxed: see `add`.
+                (word.load(Ordering::Relaxed) >> shift) & MAX
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Halves every counter. Only the thread whose addition reached the period runs it.
+    fn halve(&self) {
+        for word in self.words.iter() {
+            // Relaxed: see `add`.
+            let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                Some((w >> 1) & 0x7777_7777_7777_7777)
+            });
+        }
+        // Relaxed: see `add`.
+        self.added.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_count_additions_saturate_and_fade() {
+        let s = Sketch::new(1024);
+        assert_eq!(s.estimate(42), 0);
+        s.add(42, 3);
+        s.add(42, 1);
+        assert_eq!(s.estimate(42), 4);
+        s.add(42, 100);
+        assert_eq!(s.estimate(42), MAX, "counters saturate");
+        // Nothing else was added, so no other key shares all four counters.
+        assert!(s.estimate(7) <= 1);
+        // Reaching the period halves everything.
+        for k in 0..(s.period as u64) {
+            s.add(1_000_000 + k, 1);
+        }
+        assert!(s.estimate(42) <= 8, "halved: {}", s.estimate(42));
+    }
+}
