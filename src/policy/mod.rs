@@ -60,14 +60,15 @@ impl EntryMeta {
         }
     }
 
-    /// Records a hit: raises the frequency unless it is already at the maximum, so a hot
-    /// entry's hits write nothing.
+    /// Records a hit: raises the frequency and the hit count unless both are at their
+    /// maxima, so a hot entry's hits write nothing until the policy next visits it.
     #[inline]
     pub(crate) fn touch(&self) {
-        // Relaxed: a frequency hint; a lost update only costs precision.
+        // Relaxed: a frequency hint; a lost update (a hit racing the evictor's `fetch_and`,
+        // say) only costs precision.
         let b = self.freq.load(Ordering::Relaxed);
         let (f, h) = (b & 3, b >> 2);
-        let next = f.saturating_add(1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2;
+        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2;
         if next != b {
             self.freq.store(next, Ordering::Relaxed);
         }
