@@ -533,18 +533,16 @@ where
         self.raw.reclaim();
     }
 
-    /// The bucket count over all shards (it grows as entries are added).
+    /// For tests: table slots over all shards (they grow as entries are added).
     #[doc(hidden)]
-    pub fn buckets(&self) -> usize {
-        self.raw.buckets()
+    pub fn __slots(&self) -> usize {
+        self.raw.slots()
     }
 
-    /// For tests: entries that died but were never marked for unlinking. Zero whenever no
-    /// operation is in flight; anything else is a node nobody will ever unlink (a leak until
-    /// the cache drops).
+    /// For tests: table migrations finished over all shards.
     #[doc(hidden)]
-    pub fn __dead_unmarked(&self) -> usize {
-        self.raw.dead_unmarked()
+    pub fn __migrations(&self) -> usize {
+        self.raw.migrations()
     }
 
     /// For tests and fuzzing: checks every invariant a quiet cache can show (the table's

@@ -355,16 +355,19 @@ fn invalid_shard_counts_are_refused_with_the_value() {
 #[test]
 fn the_table_grows_while_staying_correct() {
     let c = Cache::<u64, u64>::builder().shards(2).build().unwrap();
-    let before = c.buckets();
+    let before = c.__slots();
     for i in 0..50_000 {
         c.insert(i, i * 2).unwrap();
     }
+    // Writers claim at most half of a table's slots.
     assert!(
-        c.buckets() >= 50_000 / 2,
-        "buckets: {} -> {}",
+        c.__slots() >= 2 * 50_000,
+        "slots: {} -> {}",
         before,
-        c.buckets()
+        c.__slots()
     );
+    assert!(c.__migrations() >= 2, "migrations: {}", c.__migrations());
+    c.__validate().unwrap();
     let pinned = c.pin();
     for i in 0..50_000 {
         assert_eq!(pinned.get(&i), Some(&(i * 2)));

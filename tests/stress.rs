@@ -1,6 +1,6 @@
 //! Multi-threaded stress: millions of mixed operations with failing and panicking builders.
 //! Ignored in the default run; `.ci/run` runs it explicitly (and again under
-//! `--cfg runcache_stress`, which starts every shard with one bucket to force growth).
+//! `--cfg runcache_stress`, which starts every shard with a 4-slot table to force migrations).
 //!
 //! `RUNCACHE_STRESS_OPS` sets the operations per thread (default 400,000).
 
@@ -155,13 +155,16 @@ fn mixed_operations_leak_nothing_and_account_exactly() {
             "weighted size must equal live weights"
         );
         assert!(cache.weighted_size() <= cache.capacity());
-        assert_eq!(
-            cache.__dead_unmarked(),
-            0,
-            "every entry that died must be marked for unlinking"
-        );
+        cache.__validate().unwrap();
         let s = cache.stats();
         assert!(s.builds > 0 && s.hits > 0 && s.build_failures > 0, "{s:?}");
+        if cfg!(runcache_stress) {
+            // Tiny tables: removals and failed builds leave dead slots, so the tables keep
+            // migrating (to shed them, or to grow) while the other threads work.
+            let migrations = cache.__migrations();
+            assert!(migrations >= 20, "only {migrations} table migrations");
+            println!("{migrations} table migrations");
+        }
     }
     assert_eq!(
         dropped.load(Ordering::SeqCst),

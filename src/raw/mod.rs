@@ -1,35 +1,35 @@
 //! The engine: the only module with `unsafe` code.
 //!
-//! A [`RawCache`] is an array of shards ([`list::Shard`], split-ordered lock-free lists), a
-//! weight [`counter::Budget`], and an epoch [`epoch::Domain`] of its own. The public types in
-//! `crate::cache` are a thin safe facade over it.
+//! A [`RawCache`] is an array of shards ([`table::Shard`], open-addressed tables of node
+//! pointers that migrate cooperatively when they fill), a weight [`counter::Budget`], and an
+//! epoch [`epoch::Domain`] of its own. The public types in `crate::cache` are a thin safe
+//! facade over it.
 //!
 //! # Invariants
 //!
 //! These are referred to as `I1`..`I7` in every `// SAFETY:` comment; `docs/DESIGN.md` mirrors
-//! them with the reasoning behind each.
+//! them with the reasoning behind each. The table's own rules, `H1`..`H4`, are in
+//! [`table`].
 //!
-//! - **I1 (node ownership).** Every node linked in a shard was allocated as `Arc<Node>`; the
-//!   list owns one strong count. Only the thread whose CAS unlinks an entry node releases that
-//!   count, through the cache's epoch collector, so a node reached under a guard stays
-//!   allocated until the guard drops. Dummy (bucket) nodes are never unlinked and are freed when
-//!   the shard drops. A builder and any parked waiter hold counts of their own, so they need no
-//!   guard while they build or sleep.
-//! - **I2 (order).** Along `next`, nodes are sorted by split-order key: dummies have the even key
-//!   `reverse(bucket)`, entries the odd key `reverse(hash | 1 << 63)`. A bucket's dummy precedes
-//!   every entry of that bucket; entries with equal keys form a contiguous *run*.
-//! - **I3 (deletion).** Tag bit 1 on a node's own `next` marks it deleted. A marked `next` is
-//!   never changed again; a node is marked only once it is dead (I4). Readers never write: they
-//!   step over marked nodes, whose `next` still leads forward. Writers unlink marked nodes they
-//!   pass. The thread that kills a node marks it, with one exception: a builder publishes its
-//!   value before it finishes the slot, and a remover that empties the cell in between finds
-//!   the node still `LOADING` (live). Then the builder marks it after finishing; a SeqCst fence
-//!   on each side guarantees that one of the two sees the other, so a dead node is never left
-//!   unmarked.
+//! - **I1 (node ownership).** Every node a table points at was allocated as `Arc<Node>`; each
+//!   table holds one strong count of each node it points at (H3). Only the thread whose CAS
+//!   takes a node out of a slot releases that table's count, through the cache's epoch
+//!   collector; a retired table releases the counts it still holds when the collector
+//!   destroys it. So a node reached under a guard stays allocated until the guard drops. A
+//!   builder and any parked waiter hold counts of their own, so they need no guard while they
+//!   build or sleep.
+//! - **I2 (binding).** A table slot, once claimed for a key, holds only nodes of that key until
+//!   a dead node in it is unlinked (H1); a key is claimed only at the first empty slot of its
+//!   probe sequence. So each table binds a key to at most one slot.
+//! - **I3 (dead nodes).** A dead node may stay in its slot: readers treat it as absent, and a
+//!   writer of the same key replaces it by CAS. Dead nodes that hold something for waiters
+//!   (an uncached value, an error) are unlinked by the thread that ended the attempt; a
+//!   removed entry is unlinked by its remover; an evicted one stays until its key returns or
+//!   its table migrates (a migration copies only live nodes).
 //! - **I4 (liveness).** An entry node is *live* while its slot is `LOADING`, or `READY` with a
-//!   non-null value cell. It never becomes live again once dead. A new entry is linked only at
-//!   the start of its key's run, by a CAS on the predecessor that fails if the run changed since
-//!   it was searched, so a key has at most one live node at any instant.
+//!   non-null value cell. It never becomes live again once dead. With I2, a key has at most
+//!   one live node in the newest table, and a migration copies a node before any writer may
+//!   write that key into the new table (H2), so at most one live node at any instant.
 //! - **I5 (weight).** The weighted size and the capacity change together in one atomic word, and
 //!   a reservation succeeds only if `size + weight <= capacity`, so `size <= capacity` at every
 //!   instant. Each boxed value in a value cell carries the weight reserved for it; the thread
@@ -45,26 +45,28 @@
 pub(crate) mod alloc;
 pub(crate) mod counter;
 pub(crate) mod epoch;
-pub(crate) mod list;
+pub(crate) mod node;
 pub(crate) mod pool;
 pub(crate) mod slot;
+pub(crate) mod table;
 pub(crate) mod typemap;
 #[cfg(feature = "vulkan")]
 pub(crate) mod vulkan;
 
 use crate::policy::S3Fifo;
-use crate::sync::{fence, Ordering};
+use crate::sync::Ordering;
 use crate::RemovalCause;
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::{Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
-use list::{Node, Outcome, Published, Shard, View};
-use slot::{DEAD, LOADING, READY};
+use node::{hold, Node, Outcome, Published, View};
+use slot::{DEAD, READY};
 use std::any::Any;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
+use table::Shard;
 
 /// Computes an entry's weight.
 pub(crate) type Weigher<K, V> = Box<dyn Fn(&K, &V) -> u64 + Send + Sync>;
@@ -205,7 +207,7 @@ where
     fn evict_one(&self, policy: &S3Fifo<Arc<Node<K, V>>>, capacity: u64) -> bool {
         let pin = self.pin();
         while let Some(node) = policy.victim(capacity) {
-            let shard = self.shard(node.hash());
+            let shard = self.shard(node.hash);
             if self
                 .take(&node, shard, &pin.guard, RemovalCause::Capacity)
                 .is_some()
@@ -258,16 +260,16 @@ where
         Q: Hash + ?Sized,
     {
         let hash = self.hash(probe);
-        let found = self
-            .shard(hash)
-            .find(hash, list::so_entry(hash), eq, &pin.guard)
-            .and_then(|n| match n.view(&pin.guard) {
-                View::Ready(p) => {
-                    self.touch(n);
-                    Some(p)
-                }
-                _ => None,
-            });
+        let found =
+            self.shard(hash)
+                .find(hash, eq, &pin.guard)
+                .and_then(|n| match n.view(&pin.guard) {
+                    View::Ready(p) => {
+                        self.touch(n);
+                        Some(p)
+                    }
+                    _ => None,
+                });
         pin.stats.bump(if found.is_some() {
             Counter::Hit
         } else {
@@ -283,7 +285,6 @@ where
         F: FnOnce(&K) -> Result<V, E>,
     {
         let hash = self.hash(&key);
-        let so = list::so_entry(hash);
         let shard = self.shard(hash);
         let token = epoch::thread_token();
         // Our loading node, made once and reused if a link attempt must be retried.
@@ -298,27 +299,28 @@ where
                 (None, Some(n)) => k == unsafe { &*n }.key(),
                 (None, None) => unreachable!("the key is either held or moved into our node"),
             };
-            let existing = match shard.find(hash, so, eq, &pin.guard) {
+            let existing = match shard.find(hash, eq, &pin.guard) {
                 Some(n) => Some(n),
                 None if self.budget.capacity() == 0 => None,
                 None => {
-                    let pos = shard.locate(hash, so, eq, &pin.guard);
+                    let pos = shard.locate(hash, eq, &pin.guard);
                     match pos.found {
                         Some(n) => Some(n),
                         None => {
                             let node = *mine.get_or_insert_with(|| {
                                 let k = key.take().expect("key present until moved into a node");
-                                Arc::into_raw(Arc::new(Node::entry(so, k, None, token)))
+                                Arc::into_raw(Arc::new(Node::new(hash, k, None, token)))
                             });
                             if !shard.link(&pos, node, &pin.guard) {
                                 continue;
                             }
-                            drop(pin);
-                            // SAFETY: we created `node` with one count, now the list's (I1);
-                            // take one for ourselves while building.
+                            // SAFETY: we created `node` with one count, now the table's (I1),
+                            // and our guard keeps it alive; take one for ourselves while
+                            // building, before the guard goes.
                             unsafe { Arc::increment_strong_count(node) };
                             // SAFETY: the count just taken keeps it alive.
                             let held = unsafe { Arc::from_raw(node) };
+                            drop(pin);
                             return self.build_into(held, shard, build);
                         }
                     }
@@ -437,16 +439,6 @@ where
                     // Release: pairs with the Acquire load in `Node::view`.
                     node.value.store(boxed, Ordering::Release);
                     node.slot.finish(READY);
-                    // A remover (`clear`, say) may have emptied the cell between the store and
-                    // `finish`: it then saw `LOADING` and left the node's deletion to us (I3).
-                    // SeqCst: pairs with the fence in `take_if`: either it sees `READY` and
-                    // deletes the node, or this thread sees its null (store-buffering).
-                    fence(Ordering::SeqCst);
-                    // `is_cached` is a Relaxed load, ordered by the fence. The pin is taken
-                    // only in that rare case, not on every build.
-                    if !node.is_cached() {
-                        shard.delete(&node, &self.pin().guard);
-                    }
                     self.admit(Arc::clone(&node), weight);
                     attempt.done = true;
                     return Served::Built {
@@ -478,7 +470,7 @@ where
     fn abandon(&self, node: &Node<K, V>, shard: &Shard<K, V>) {
         node.slot.finish(DEAD);
         let pin = self.pin();
-        shard.delete(node, &pin.guard);
+        shard.unlink(node, &pin.guard);
         // The node may hold an uncached value for its waiters: push it towards reclamation
         // now, as `take` explains.
         pin.guard.flush();
@@ -491,7 +483,6 @@ where
     pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, Refused<K, V>> {
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
-        let so = list::so_entry(hash);
         let shard = self.shard(hash);
         let mut boxed = Some(Box::new(Published::new(Arc::new(value), weight)));
         let mut key = Some(key);
@@ -500,17 +491,17 @@ where
             let q = key
                 .as_ref()
                 .expect("the key is back in hand at every retry");
-            let pos = shard.locate(hash, so, |k| k == q, &pin.guard);
+            let pos = shard.locate(hash, |k| k == q, &pin.guard);
             let Some(node) = pos.found else {
                 if !self.reserve(weight, pin.stats) {
                     return Err(self.refuse(&pin, key, boxed));
                 }
                 let k = key.take().expect("checked above");
-                let node = Arc::into_raw(Arc::new(Node::entry(so, k, boxed.take(), 0)));
+                let node = Arc::into_raw(Arc::new(Node::new(hash, k, boxed.take(), 0)));
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
-                    // SAFETY: linked, so the list holds a count and the node is alive; the
+                    // SAFETY: linked, so the table holds a count and the node is alive; the
                     // policy's queue takes one more (I1).
                     self.admit(unsafe { hold(&*node) }, weight);
                     return Ok(None);
@@ -677,14 +668,6 @@ where
         shard.live.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: our CAS took the box out of the cell.
         let value = unsafe { self.retire_value(old, 0, guard) };
-        // SeqCst: pairs with the fence in `build_into`. A builder publishes its value before
-        // it finishes the slot; if we emptied the cell in between, the node is not dead yet
-        // (I4) and must not be marked (I3): the builder re-checks the cell after finishing
-        // and deletes it. The fences make sure at least one of us sees the other.
-        fence(Ordering::SeqCst);
-        if node.slot.state() != LOADING {
-            shard.delete(node, guard);
-        }
         self.notify(node.key(), &value, cause);
         Some(value)
     }
@@ -698,14 +681,10 @@ where
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let pin = self.pin();
-        let node = shard.find(
-            hash,
-            list::so_entry(hash),
-            |k| k.borrow() == key,
-            &pin.guard,
-        )?;
+        let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
         let removed = self.take_if(node, shard, &pin.guard, RemovalCause::Removed, pred);
         if removed.is_some() {
+            unlink_dead(node, shard, &pin.guard);
             pin.stats.bump(Counter::Removal);
             pin.guard.flush();
         }
@@ -725,7 +704,7 @@ where
         self.remove_while(RemovalCause::Cleared, || true)
     }
 
-    /// Removes cached entries, in list order, while `more()` says so.
+    /// Removes cached entries, in table order, while `more()` says so.
     fn remove_while(&self, cause: RemovalCause, mut more: impl FnMut() -> bool) -> usize {
         let pin = self.pin();
         let mut removed = 0;
@@ -733,8 +712,9 @@ where
             let mut go = true;
             shard.for_each(&pin.guard, |node| {
                 go = more();
-                if go {
-                    removed += usize::from(self.take(node, shard, &pin.guard, cause).is_some());
+                if go && self.take(node, shard, &pin.guard, cause).is_some() {
+                    removed += 1;
+                    unlink_dead(node, shard, &pin.guard);
                 }
                 go
             });
@@ -842,22 +822,12 @@ where
         self.shards.len()
     }
 
-    /// Linked entry nodes that are dead but unmarked, over every shard (see
-    /// [`Shard::dead_unmarked`]).
-    pub(crate) fn dead_unmarked(&self) -> usize {
-        let pin = self.pin();
-        self.shards
-            .iter()
-            .map(|s| s.dead_unmarked(&pin.guard))
-            .sum()
-    }
-
     /// Checks every invariant that a quiet cache can show (tests and fuzzing call it between
     /// operations, never during one):
-    /// - each shard's list is in split order and holds no node still loading (I2, I4);
+    /// - each shard's tables: every live node is found from its hash, none is frozen, and a
+    ///   table's claim count is exact (I2, H1–H4); no node is still loading (I4);
     /// - no two cached nodes hold the same key, and each shard's live count is exact;
     /// - the budget's size is the sum of the cached weights and within the capacity (I5);
-    /// - no dead node was left unmarked (I3);
     /// - with eviction: the queues' totals are exact, no entry is queued twice, and the
     ///   cached entries are exactly the queued entries that hold a value.
     pub(crate) fn validate(&self) -> Result<(), String> {
@@ -868,12 +838,10 @@ where
         let mut problem = None;
         for (i, shard) in self.shards.iter().enumerate() {
             let mut live = 0usize;
-            let mut last = 0u64;
+            shard
+                .validate(&pin.guard)
+                .map_err(|e| format!("shard {i}: {e}"))?;
             shard.for_each(&pin.guard, |n| {
-                if n.so_key < last {
-                    problem = Some(format!("shard {i}: the list is out of split order"));
-                }
-                last = n.so_key;
                 match n.view(&pin.guard) {
                     View::Ready(p) => {
                         live += 1;
@@ -910,12 +878,6 @@ where
         if size > capacity {
             return Err(format!("weighted size {size} is above capacity {capacity}"));
         }
-        let dead = self.dead_unmarked();
-        if dead > 0 {
-            return Err(format!(
-                "{dead} dead entries were never marked for unlinking"
-            ));
-        }
         if let Some(policy) = &self.policy {
             let queued: std::collections::HashSet<usize> = policy.validate()?.into_iter().collect();
             if queued != cached {
@@ -930,20 +892,15 @@ where
         Ok(())
     }
 
-    /// Bucket count of every shard (for growth tests).
-    pub(crate) fn buckets(&self) -> usize {
-        self.shards.iter().map(|s| s.buckets()).sum()
+    /// Table slots over every shard (for growth tests).
+    pub(crate) fn slots(&self) -> usize {
+        let pin = self.pin();
+        self.shards.iter().map(|s| s.slots(&pin.guard)).sum()
     }
-}
 
-/// Takes a count of a node found under a guard, so it outlives the guard.
-fn hold<K, V>(node: &Node<K, V>) -> Arc<Node<K, V>> {
-    let p: *const Node<K, V> = node;
-    // SAFETY: `node` is alive (the caller is pinned) and was allocated as `Arc<Node>` (I1),
-    // so taking one more strong count is valid.
-    unsafe {
-        Arc::increment_strong_count(p);
-        Arc::from_raw(p)
+    /// Table migrations finished over every shard (for growth tests).
+    pub(crate) fn migrations(&self) -> usize {
+        self.shards.iter().map(|s| s.migrations()).sum()
     }
 }
 
@@ -983,5 +940,14 @@ where
         if !self.done {
             self.cache.abandon(self.node, self.shard);
         }
+    }
+}
+
+/// Unlinks a node whose value this thread just removed, unless a builder still holds it
+/// (`LOADING`: its value was published and taken before the builder finished); such a node
+/// stays linked, dead, until its key is inserted again or its table migrates.
+fn unlink_dead<K: Eq, V>(node: &Node<K, V>, shard: &Shard<K, V>, guard: &Guard) {
+    if !node.is_live(guard) {
+        shard.unlink(node, guard);
     }
 }

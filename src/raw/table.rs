@@ -1,0 +1,698 @@
+//! One shard: an open-addressed table of node pointers (linear probing) that grows, or sheds
+//! its dead entries, by a cooperative migration to a fresh table.
+//!
+//! # Slots
+//!
+//! A slot is a tagged pointer. Its states, and the only transitions between them:
+//!
+//! ```text
+//!   EMPTY ──claim──▶ node(K) ──replace a dead node of K──▶ node'(K)
+//!     │                 │ └──unlink a dead node──▶ TOMB ──▶ TOMB|MOVED
+//!     │                 └──freeze──▶ node|FROZEN ──copy, then──▶ node|MOVED
+//!     └──seal (migration)──▶ SEALED (null|MOVED)
+//! ```
+//!
+//! - **H1 (binding).** Once a slot holds a node of key `K` it only ever holds nodes of `K`
+//!   until it turns `TOMB`, and only a dead node is ever turned `TOMB`. A slot is claimed for
+//!   `K` only at the first `EMPTY` slot of `K`'s probe sequence, found by a search that met no
+//!   slot bound to `K` before it. So a key is bound to at most one slot per table, and a key
+//!   whose probe meets `EMPTY` first is absent from that table.
+//! - **H2 (migration).** Once a table has a `next`, no slot of it is claimed again; each slot
+//!   is moved exactly once: an `EMPTY` one is sealed, a node is frozen (after which nothing
+//!   changes it), copied into `next` if it is live, then marked `MOVED`. A writer writes into
+//!   `next` only after the slot of its key in the old table is `MOVED` (or its probe ended at a
+//!   `SEALED` slot), so the old table's node is authoritative until then: readers use a
+//!   `FROZEN` node as it is and follow a `MOVED` or `SEALED` slot into `next`.
+//! - **H3 (counts).** A table holds one strong count of every node it points at, whatever the
+//!   tag. The count leaves with the pointer: through the epoch collector when a CAS replaces
+//!   or unlinks it, or when the table itself is destroyed. A copy takes a new count for the new
+//!   table. So a node read from a slot under a guard lives until the guard drops, even if the
+//!   node has since been removed from a newer table (the old table, reachable by that guard,
+//!   still counts it).
+//! - **H4 (room).** Writers claim slots only while `used < slots / 2`, reserved on `used`
+//!   before the claim; copies into a new table are not limited, but a table is sized to at
+//!   least twice the slots its predecessor ever used (read after migration stopped new claims
+//!   there), so every table keeps an `EMPTY` slot and every probe ends.
+//!
+//! A table is retired (through the epoch) by the thread whose CAS moves the shard's root past
+//! it, after every slot is moved. A table's migration starts only when it is the root, so
+//! there are at most two tables in flight.
+
+use super::node::Node;
+use crate::sync::{AtomicUsize, Ordering};
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use std::sync::Arc;
+
+/// The node may not change any more; it is being copied to the next table.
+const FROZEN: usize = 1;
+/// The slot belongs to the next table now.
+const MOVED: usize = 2;
+/// A dead node was unlinked from here; the slot stays taken.
+const TOMB: usize = 4;
+
+/// Slots of a shard's first table (and the least a table has).
+const MIN_SLOTS: usize = if cfg!(any(runcache_stress, runcache_loom)) {
+    4
+} else {
+    16
+};
+/// Slots a migrating thread claims at a time.
+const CHUNK: usize = if cfg!(any(runcache_stress, runcache_loom)) {
+    2
+} else {
+    128
+};
+/// The bit of `Table::used` that stops new claims once migration has begun.
+const MIGRATING: usize = 1 << (usize::BITS - 1);
+
+struct Table<K, V> {
+    mask: usize,
+    slots: Box<[Atomic<Node<K, V>>]>,
+    /// Slots ever claimed or filled by copies, plus the `MIGRATING` bit (**H4**).
+    used: AtomicUsize,
+    /// The table this one migrates into; null until migration starts.
+    next: Atomic<Table<K, V>>,
+    /// Slots handed out to migrating threads (may run past the slot count).
+    claimed: AtomicUsize,
+    /// Slots moved so far.
+    moved: AtomicUsize,
+}
+
+impl<K, V> Table<K, V> {
+    fn new(slots: usize) -> Self {
+        debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
+        Self {
+            mask: slots - 1,
+            slots: (0..slots).map(|_| Atomic::null()).collect(),
+            used: AtomicUsize::new(0),
+            next: Atomic::null(),
+            claimed: AtomicUsize::new(0),
+            moved: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Reserves a claim (**H4**); `false` once the table is half used or migrating.
+    fn reserve(&self) -> bool {
+        let limit = self.len() / 2;
+        // Relaxed: the count publishes nothing; it only bounds claims.
+        let mut u = self.used.load(Ordering::Relaxed);
+        loop {
+            if u & MIGRATING != 0 || u >= limit {
+                return false;
+            }
+            match self
+                .used
+                .compare_exchange_weak(u, u + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => u = now,
+            }
+        }
+    }
+
+    fn next<'g>(&self, guard: &'g Guard) -> Option<&'g Table<K, V>> {
+        // Acquire: pairs with the Release CAS in `Shard::start_migration`.
+        let n = self.next.load(Ordering::Acquire, guard);
+        // SAFETY: a table reached under `guard` is retired only after the root moved past it,
+        // and its successor only after that, so both outlive the guard (see the module docs).
+        unsafe { n.as_ref() }
+    }
+}
+
+impl<K, V> Drop for Table<K, V> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter() {
+            // SAFETY: `&mut self`: no thread reaches the table any more (it was retired
+            // through the epoch, or the shard is dropping).
+            let p = slot.load(Ordering::Relaxed, unsafe { crossbeam_epoch::unprotected() });
+            if !p.is_null() {
+                // SAFETY: the table's strong count of every node it points at (H3).
+                drop(unsafe { Arc::from_raw(p.as_raw()) });
+            }
+        }
+    }
+}
+
+/// Where a key stands in the newest table: `slot` is its slot or the `EMPTY` slot to claim
+/// for it, `current` what that slot held, `found` the key's node if it is live.
+pub(crate) struct Position<'g, K, V> {
+    table: &'g Table<K, V>,
+    index: usize,
+    current: Shared<'g, Node<K, V>>,
+    pub(crate) found: Option<&'g Node<K, V>>,
+}
+
+/// One shard of the cache.
+pub(crate) struct Shard<K, V> {
+    root: Atomic<Table<K, V>>,
+    /// Entries with a cached value (`len`).
+    pub(crate) live: AtomicUsize,
+    /// Migrations finished (for tests).
+    migrations: AtomicUsize,
+}
+
+// SAFETY: a shard owns its tables and, through them, counts of its nodes, which hold `K` and
+// `Arc<V>`; they are dropped on whichever thread runs the deferred destructor or drops the
+// cache, so `K: Send` and `V: Send + Sync` are required for the shard to move between threads.
+unsafe impl<K: Send + Sync, V: Send + Sync> Send for Shard<K, V> {}
+// SAFETY: every shared access goes through atomics; `&K` and `&V` are handed to other
+// threads, hence `K: Sync` and `V: Sync`.
+unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
+
+impl<K: Eq, V> Shard<K, V> {
+    pub(crate) fn new() -> Self {
+        Self {
+            root: Atomic::new(Table::new(MIN_SLOTS)),
+            live: AtomicUsize::new(0),
+            migrations: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    fn root<'g>(&self, guard: &'g Guard) -> &'g Table<K, V> {
+        // Acquire: pairs with the Release CAS in `finish`, so the new root's slots (and the
+        // copies in them) are visible.
+        let t = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: the root is never null, and a table reached under `guard` outlives it.
+        unsafe { t.deref() }
+    }
+
+    /// Finds the live node of the key that `eq` accepts; reads only.
+    #[inline]
+    pub(crate) fn find<'g>(
+        &'g self,
+        hash: u64,
+        eq: impl Fn(&K) -> bool,
+        guard: &'g Guard,
+    ) -> Option<&'g Node<K, V>> {
+        let mut table = self.root(guard);
+        'tables: loop {
+            let mut i = hash as usize & table.mask;
+            for _ in 0..=table.mask {
+                // Acquire: pairs with the Release CAS that stored the node (claim, replace or
+                // copy), so its fields are visible.
+                let s = table.slots[i].load(Ordering::Acquire, guard);
+                // SAFETY: a node read from a slot under `guard` outlives the guard (H3).
+                match unsafe { s.as_ref() } {
+                    None if s.tag() == MOVED => {
+                        table = table.next(guard)?;
+                        continue 'tables;
+                    }
+                    None if s.tag() == 0 => return None,
+                    None => {}
+                    Some(n) if n.hash == hash && eq(n.key()) => {
+                        if s.tag() & MOVED != 0 {
+                            table = table.next(guard)?;
+                            continue 'tables;
+                        }
+                        return n.is_live(guard).then_some(n);
+                    }
+                    Some(_) => {}
+                }
+                i = (i + 1) & table.mask;
+            }
+            // A full table without the key (only possible in theory, see H4).
+            table = table.next(guard)?;
+        }
+    }
+
+    /// Finds where the key belongs in the newest table, helping a migration on the way: the
+    /// key's slot in an older table is moved first, and its probe's end sealed (**H2**).
+    pub(crate) fn locate<'g>(
+        &'g self,
+        hash: u64,
+        eq: impl Fn(&K) -> bool,
+        guard: &'g Guard,
+    ) -> Position<'g, K, V> {
+        let mut table = self.root(guard);
+        if let Some(next) = table.next(guard) {
+            self.help(table, next, guard);
+        }
+        'tables: loop {
+            let next = table.next(guard);
+            let mut i = hash as usize & table.mask;
+            let mut probes = 0;
+            loop {
+                if probes > table.mask {
+                    // Full (see H4): move on.
+                    table = self.successor(table, guard);
+                    continue 'tables;
+                }
+                let s = table.slots[i].load(Ordering::Acquire, guard);
+                // SAFETY: as in `find`.
+                match unsafe { s.as_ref() } {
+                    None if s.tag() == MOVED => {
+                        table = self.successor(table, guard);
+                        continue 'tables;
+                    }
+                    None if s.tag() == 0 => {
+                        // The key is absent from this table. If the table migrates, seal
+                        // the slot so no one can claim it, and go on to the next.
+                        if let Some(next) = next {
+                            if self.move_slot(table, next, i, guard) {
+                                self.count_moved(table, next, 1, guard);
+                            }
+                            table = next;
+                            continue 'tables;
+                        }
+                        return Position {
+                            table,
+                            index: i,
+                            current: s,
+                            found: None,
+                        };
+                    }
+                    None => {}
+                    Some(n) if n.hash == hash && eq(n.key()) => {
+                        if let Some(next) = next {
+                            if self.move_slot(table, next, i, guard) {
+                                self.count_moved(table, next, 1, guard);
+                            }
+                            table = next;
+                            continue 'tables;
+                        }
+                        if s.tag() != 0 {
+                            // Frozen after we read `next`: it is set now.
+                            table = self.successor(table, guard);
+                            continue 'tables;
+                        }
+                        return Position {
+                            table,
+                            index: i,
+                            current: s,
+                            found: n.is_live(guard).then_some(n),
+                        };
+                    }
+                    Some(_) => {}
+                }
+                i = (i + 1) & table.mask;
+                probes += 1;
+            }
+        }
+    }
+
+    /// The table after `table`, starting the migration if none has started.
+    fn successor<'g>(&'g self, table: &'g Table<K, V>, guard: &'g Guard) -> &'g Table<K, V> {
+        loop {
+            if let Some(next) = table.next(guard) {
+                return next;
+            }
+            self.start_migration(table, guard);
+        }
+    }
+
+    /// Links `node` at `pos`: claims the `EMPTY` slot, or replaces the dead node there.
+    /// `false`: the slot changed, or the table is full; locate again.
+    pub(crate) fn link(
+        &self,
+        pos: &Position<'_, K, V>,
+        node: *const Node<K, V>,
+        guard: &Guard,
+    ) -> bool {
+        let table = pos.table;
+        let claim = pos.current.is_null();
+        if claim && !table.reserve() {
+            self.start_migration(table, guard);
+            return false;
+        }
+        // Release: pairs with the Acquire slot loads in `find` and `locate`; publishes the
+        // node's fields. Relaxed on failure: nothing is read.
+        match table.slots[pos.index].compare_exchange(
+            pos.current,
+            Shared::from(node),
+            Ordering::Release,
+            Ordering::Relaxed,
+            guard,
+        ) {
+            Ok(_) => {
+                if !claim {
+                    // SAFETY: our CAS took the dead node out of the slot, with the table's
+                    // count of it (H3).
+                    unsafe { retire(pos.current, guard) };
+                }
+                true
+            }
+            Err(_) => {
+                if claim {
+                    // Relaxed: as in `reserve`.
+                    table.used.fetch_sub(1, Ordering::Relaxed);
+                }
+                false
+            }
+        }
+    }
+
+    /// Unlinks a dead node, if it is still where it was linked (its slot turns `TOMB`). A
+    /// node that a migration has frozen is left to it: the copy skips dead nodes.
+    pub(crate) fn unlink(&self, node: &Node<K, V>, guard: &Guard) {
+        debug_assert!(!node.is_live(guard), "only dead nodes are unlinked (H1)");
+        let mut table = self.root(guard);
+        'tables: loop {
+            let mut i = node.hash as usize & table.mask;
+            for _ in 0..=table.mask {
+                let s = table.slots[i].load(Ordering::Acquire, guard);
+                if s.is_null() && s.tag() & TOMB == 0 {
+                    if s.tag() & MOVED != 0 {
+                        match table.next(guard) {
+                            Some(next) => {
+                                table = next;
+                                continue 'tables;
+                            }
+                            None => return,
+                        }
+                    }
+                    return;
+                }
+                if std::ptr::eq(s.as_raw(), node) {
+                    match s.tag() {
+                        0 => {
+                            // Relaxed: the tombstone publishes nothing.
+                            if table.slots[i]
+                                .compare_exchange(
+                                    s,
+                                    Shared::null().with_tag(TOMB),
+                                    Ordering::Relaxed,
+                                    Ordering::Relaxed,
+                                    guard,
+                                )
+                                .is_ok()
+                            {
+                                // SAFETY: our CAS took the node out of the slot (H3).
+                                unsafe { retire(s, guard) };
+                            }
+                            return;
+                        }
+                        MOVED => match table.next(guard) {
+                            Some(next) => {
+                                table = next;
+                                continue 'tables;
+                            }
+                            None => return,
+                        },
+                        _ => return,
+                    }
+                }
+                i = (i + 1) & table.mask;
+            }
+            return;
+        }
+    }
+
+    /// Starts migrating `table` (the shard's root, or it waits for that), sizing the next
+    /// table from what this one holds.
+    fn start_migration(&self, table: &Table<K, V>, guard: &Guard) {
+        // Only the root migrates (at most two tables in flight): finish the one before.
+        loop {
+            let root = self.root(guard);
+            if std::ptr::eq(root, table) {
+                break;
+            }
+            match root.next(guard) {
+                Some(next) => self.finish(root, next, guard),
+                // `table` is no longer in the chain: nothing to start.
+                None => return,
+            }
+        }
+        if table.next(guard).is_some() {
+            return;
+        }
+        // Relaxed: no claim can follow the bit (H4); the count before it is final, since
+        // copies into this table ended before it became the root (ordered by the root's
+        // Acquire load above).
+        let used = table.used.fetch_or(MIGRATING, Ordering::Relaxed) & !MIGRATING;
+        // Relaxed: an estimate for sizing.
+        let live = self.live.load(Ordering::Relaxed);
+        let grow = live.saturating_mul(4) >= table.len();
+        let want = if grow { table.len() * 2 } else { table.len() };
+        let slots = want
+            .max(used.saturating_mul(2) + 1)
+            .next_power_of_two()
+            .max(MIN_SLOTS);
+        let new = Owned::new(Table::new(slots));
+        // Release: pairs with the Acquire load in `Table::next`, publishing the new table.
+        let _ = table.next.compare_exchange(
+            Shared::null(),
+            new,
+            Ordering::Release,
+            Ordering::Relaxed,
+            guard,
+        );
+        // The loser's table drops here, never shared.
+    }
+
+    /// Copies one chunk of `table` into `next`; `false` when every chunk was handed out.
+    fn help(&self, table: &Table<K, V>, next: &Table<K, V>, guard: &Guard) -> bool {
+        // Relaxed: the claim counter only divides the work.
+        let start = table.claimed.fetch_add(CHUNK, Ordering::Relaxed);
+        if start >= table.len() {
+            return false;
+        }
+        let end = (start + CHUNK).min(table.len());
+        let moved = (start..end)
+            .filter(|&i| self.move_slot(table, next, i, guard))
+            .count();
+        self.count_moved(table, next, moved, guard);
+        true
+    }
+
+    /// Moves the whole of `table` (the root) into `next` and makes `next` the root.
+    fn finish(&self, table: &Table<K, V>, next: &Table<K, V>, guard: &Guard) {
+        while self.help(table, next, guard) {}
+        // Every chunk is handed out; one may belong to a stalled thread. Move whatever is
+        // left ourselves (moving is idempotent) and retire the table.
+        let mut moved = 0;
+        for i in 0..table.len() {
+            moved += usize::from(self.move_slot(table, next, i, guard));
+        }
+        self.count_moved(table, next, moved, guard);
+        self.advance(table, next, guard);
+    }
+
+    /// Adds to the moved count; the thread that completes it advances the root.
+    fn count_moved(&self, table: &Table<K, V>, next: &Table<K, V>, n: usize, guard: &Guard) {
+        if n == 0 {
+            return;
+        }
+        // AcqRel: the thread that completes the count acquires every mover's copies (each
+        // released its own), and passes them on through the root's Release CAS.
+        if table.moved.fetch_add(n, Ordering::AcqRel) + n == table.len() {
+            self.advance(table, next, guard);
+        }
+    }
+
+    /// Makes `next` the root in place of `table`, whose slots are all moved, and retires it.
+    fn advance(&self, table: &Table<K, V>, next: &Table<K, V>, guard: &Guard) {
+        let old = Shared::from(table as *const Table<K, V>);
+        // Release: pairs with the Acquire load in `root`, publishing the copies. Relaxed on
+        // failure: another thread advanced it first.
+        if self
+            .root
+            .compare_exchange(
+                old,
+                Shared::from(next as *const Table<K, V>),
+                Ordering::Release,
+                Ordering::Relaxed,
+                guard,
+            )
+            .is_ok()
+        {
+            // Relaxed: a statistic.
+            self.migrations.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the root no longer points at `table` and nothing else leads to it, so
+            // only threads pinned now can reach it; it is destroyed after they unpin (H3).
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
+    /// Moves slot `i` of `table` into `next` (**H2**); `true` if this call marked it moved.
+    fn move_slot(&self, table: &Table<K, V>, next: &Table<K, V>, i: usize, guard: &Guard) -> bool {
+        let slot = &table.slots[i];
+        let mut s = slot.load(Ordering::Acquire, guard);
+        loop {
+            if s.tag() & MOVED != 0 {
+                return false;
+            }
+            let target = if s.is_null() {
+                // EMPTY → SEALED, TOMB → TOMB|MOVED.
+                s.with_tag(s.tag() | MOVED)
+            } else if s.tag() & FROZEN == 0 {
+                s.with_tag(FROZEN)
+            } else {
+                // SAFETY: a node read under `guard` outlives it (H3).
+                let node = unsafe { s.deref() };
+                if node.is_live(guard) {
+                    copy(next, s, guard);
+                }
+                s.with_tag(MOVED)
+            };
+            // AcqRel: Release passes the node's publication on to readers of the new tag;
+            // Acquire on failure reads what replaced it.
+            match slot.compare_exchange(s, target, Ordering::AcqRel, Ordering::Acquire, guard) {
+                Ok(_) if target.tag() & MOVED != 0 => return true,
+                Ok(_) => s = target,
+                Err(e) => s = e.current,
+            }
+        }
+    }
+
+    /// How many slots the newest table has (for growth tests). A quiet shard may be in the
+    /// middle of a migration: writers move it on a chunk at a time.
+    pub(crate) fn slots(&self, guard: &Guard) -> usize {
+        let mut t = self.root(guard);
+        while let Some(next) = t.next(guard) {
+            t = next;
+        }
+        t.len()
+    }
+
+    /// Migrations finished so far (for growth tests).
+    pub(crate) fn migrations(&self) -> usize {
+        // Relaxed: a statistic.
+        self.migrations.load(Ordering::Relaxed)
+    }
+
+    /// Calls `f` on every node the shard's tables hold that has not moved on (a node may be
+    /// seen twice while a migration copies it) until `f` returns `false`.
+    pub(crate) fn for_each<'g>(
+        &'g self,
+        guard: &'g Guard,
+        mut f: impl FnMut(&'g Node<K, V>) -> bool,
+    ) {
+        let mut table = Some(self.root(guard));
+        while let Some(t) = table {
+            for slot in t.slots.iter() {
+                let s = slot.load(Ordering::Acquire, guard);
+                if s.tag() & MOVED != 0 {
+                    continue;
+                }
+                // SAFETY: as in `find`.
+                if let Some(n) = unsafe { s.as_ref() } {
+                    if !f(n) {
+                        return;
+                    }
+                }
+            }
+            table = t.next(guard);
+        }
+    }
+
+    /// Checks the probe structure of a quiet shard: every live node is found from its hash,
+    /// nothing is frozen, and a table that is not migrating counts exactly its taken slots.
+    pub(crate) fn validate(&self, guard: &Guard) -> Result<(), String> {
+        let mut table = Some(self.root(guard));
+        while let Some(t) = table {
+            let mut taken = 0;
+            for (i, slot) in t.slots.iter().enumerate() {
+                let s = slot.load(Ordering::Acquire, guard);
+                if s.tag() & FROZEN != 0 {
+                    return Err(format!("slot {i} is frozen in a quiet cache"));
+                }
+                taken += usize::from(!s.is_null() || s.tag() & TOMB != 0);
+                // SAFETY: as in `find`.
+                let Some(n) = (unsafe { s.as_ref() }) else {
+                    continue;
+                };
+                if s.tag() & MOVED == 0 && n.is_live(guard) {
+                    match self.find(n.hash, |k| k == n.key(), guard) {
+                        Some(f) if std::ptr::eq(f, n) => {}
+                        Some(_) => return Err(format!("slot {i}: its key is live twice")),
+                        None => return Err(format!("slot {i}: a live entry cannot be found")),
+                    }
+                }
+            }
+            // Relaxed: the cache is quiet.
+            let used = t.used.load(Ordering::Relaxed);
+            if used & MIGRATING == 0 && used != taken {
+                return Err(format!("{taken} slots are taken but {used} were counted"));
+            }
+            table = t.next(guard);
+        }
+        Ok(())
+    }
+}
+
+/// Copies a frozen live node into `next` unless its key is bound there already (a helper
+/// copied it first, or it was copied and a writer changed that slot since).
+fn copy<K: Eq, V>(next: &Table<K, V>, frozen: Shared<'_, Node<K, V>>, guard: &Guard) {
+    // SAFETY: a node read under `guard` outlives it (H3).
+    let node = unsafe { frozen.deref() };
+    let mut i = node.hash as usize & next.mask;
+    for _ in 0..=next.mask {
+        let slot = &next.slots[i];
+        let mut s = slot.load(Ordering::Acquire, guard);
+        loop {
+            // SAFETY: as above.
+            match unsafe { s.as_ref() } {
+                Some(n) => {
+                    if std::ptr::eq(n, node) || (n.hash == node.hash && n.key() == node.key()) {
+                        return;
+                    }
+                    break;
+                }
+                // Sealed: `next` migrates already, so this copy is late and the key's node
+                // died meanwhile (a live node keeps its binding, H1); nothing to copy.
+                None if s.tag() == MOVED => return,
+                // A tombstone: keep probing.
+                None if s.tag() != 0 => break,
+                None => {
+                    let p = Arc::into_raw(super::node::hold(node));
+                    // Release: pairs with the Acquire slot loads; publishes the node's
+                    // fields to readers of the new table.
+                    match slot.compare_exchange(
+                        Shared::null(),
+                        Shared::from(p),
+                        Ordering::Release,
+                        Ordering::Acquire,
+                        guard,
+                    ) {
+                        Ok(_) => {
+                            // Relaxed: as in `Table::reserve`.
+                            next.used.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        Err(e) => {
+                            // SAFETY: the count we took for the slot, never shared.
+                            drop(unsafe { Arc::from_raw(p) });
+                            s = e.current;
+                        }
+                    }
+                }
+            }
+        }
+        i = (i + 1) & next.mask;
+    }
+    debug_assert!(false, "a migration found its new table full (H4)");
+}
+
+/// Hands a node's table count to the epoch collector.
+///
+/// # Safety
+/// - The caller's own CAS just took `node` out of a slot, so the table's count of it (H3) is
+///   released exactly once.
+unsafe fn retire<K, V>(node: Shared<'_, Node<K, V>>, guard: &Guard) {
+    let raw = node.as_raw();
+    // SAFETY: readers that can still reach `raw` are pinned; the closure runs after they
+    // unpin. `raw` came from `Arc::into_raw` (I1).
+    unsafe { guard.defer_unchecked(move || drop(Arc::from_raw(raw))) };
+}
+
+impl<K, V> Drop for Shard<K, V> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no guard of this cache exists, so the tables are ours: the
+        // root and, if a migration was under way, the table it was copying into.
+        unsafe {
+            let guard = crossbeam_epoch::unprotected();
+            let mut t = self.root.load(Ordering::Relaxed, guard);
+            while !t.is_null() {
+                let next = t.deref().next.load(Ordering::Relaxed, guard);
+                drop(t.into_owned());
+                t = next;
+            }
+        }
+    }
+}
