@@ -289,7 +289,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let pin = self.raw.pin();
-        self.raw.get(key, &pin).map(|p| Arc::clone(p.value()))
+        self.raw.get(key, &pin).map(crate::raw::arc_of)
     }
 
     /// The cached value of the key `eq` accepts, found by a `probe` that hashes exactly as that
@@ -301,9 +301,7 @@ where
         eq: impl Fn(&K) -> bool,
     ) -> Option<Arc<V>> {
         let pin = self.raw.pin();
-        self.raw
-            .get_eq(probe, eq, &pin)
-            .map(|p| Arc::clone(p.value()))
+        self.raw.get_eq(probe, eq, &pin).map(crate::raw::arc_of)
     }
 
     /// Pins the cache on this thread for a run of reads that touch no reference count; see
@@ -595,7 +593,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         debug_assert!(self.raw.owns(&self.pin.guard));
-        self.raw.get(key, &self.pin).map(|p| &**p.value())
+        self.raw.get(key, &self.pin)
     }
 
     /// Whether a value is cached for `key`.

@@ -51,10 +51,6 @@ mod imp {
         pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
             f(self.0.get())
         }
-
-        pub(crate) fn into_inner(self) -> T {
-            self.0.into_inner()
-        }
     }
 
     /// Parks the calling thread while `atomic` holds `expected` (spurious wake-ups allowed).

@@ -245,3 +245,37 @@ fn a_clear_racing_a_build_leaves_no_dead_node_behind() {
         assert_eq!(c.weighted_size(), c.len() as u64);
     });
 }
+
+/// A replacement races a removal of the same key. Only two orders are possible: replace then
+/// remove (the removal gets the new value) or remove then insert (the insert finds nothing).
+/// The old value goes to exactly one of them and the weights end exact. A removal that meets
+/// the forward the replacement left follows it.
+#[test]
+fn a_replacement_racing_a_removal_hands_each_value_to_one_caller() {
+    loom::model(|| {
+        let c = Arc::new(
+            builder::<u64>()
+                .capacity(10)
+                .weigher(|_, v| *v)
+                .build()
+                .unwrap(),
+        );
+        c.insert(1, 2).unwrap();
+        let c2 = c.clone();
+        let remover = thread::spawn(move || {
+            let removed = c2.remove(&1).map(|v| *v);
+            runcache::__loom_thread_exit();
+            removed
+        });
+        let replaced = c.insert(1, 3).unwrap().map(|v| *v);
+        let removed = remover.join().unwrap();
+        let left = c.get(&1).map(|v| *v);
+        match (replaced, removed) {
+            (Some(2), Some(3)) => assert_eq!(left, None),
+            (None, Some(2)) => assert_eq!(left, Some(3)),
+            other => panic!("not a linearizable outcome: (replaced, removed) = {other:?}"),
+        }
+        assert_eq!(c.weighted_size(), left.unwrap_or(0));
+        c.__validate().unwrap();
+    });
+}

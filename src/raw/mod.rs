@@ -32,12 +32,14 @@
 //!   write that key into the new table (H2), so at most one live node at any instant.
 //! - **I5 (weight).** The weighted size and the capacity change together in one atomic word, and
 //!   a reservation succeeds only if `size + weight <= capacity`, so `size <= capacity` at every
-//!   instant. Each boxed value in a value cell carries the weight reserved for it; the thread
-//!   that swaps a box out of a cell (remove, replace, evict, clear) releases exactly that
-//!   weight. Boxes of uncached values carry none.
-//! - **I6 (value lifetime).** A value box swapped out of a cell is destroyed through the epoch
-//!   collector, so a reader that loaded it under a guard may still clone its `Arc`. The `V`
-//!   itself lives until its last `Arc` drops.
+//!   instant. Each node records the weight reserved for its value, written before the value
+//!   is published and never changed (a cell holds a value at most once). The thread whose
+//!   CAS takes the value out of the cell (remove, evict, clear, or a replacement's forward)
+//!   releases exactly that weight, less what a replacement keeps for its new node. Uncached
+//!   values carry none.
+//! - **I6 (value lifetime).** The count a cell holds of a value taken out of it is released
+//!   through the epoch collector, so a reader that loaded the value under a guard may still
+//!   borrow it or take an `Arc` of it. The `V` itself lives until its last `Arc` drops.
 //! - **I7 (reclamation domain).** Each cache has its own collector. Everything it deferred runs
 //!   when the collector's last handle drops; the live contents are dropped by the cache's own
 //!   `Drop`, once, when the cache drops.
@@ -57,10 +59,11 @@ use crate::policy::S3Fifo;
 use crate::sync::Ordering;
 use crate::RemovalCause;
 use counter::{Budget, Counter, StatsBlock};
-use crossbeam_epoch::{Guard, Owned, Shared};
+use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
-use node::{hold, Node, Outcome, Published, View};
+pub(crate) use node::arc_of;
+use node::{forward_to, hold, value_of, Node, Outcome, View};
 use slot::{DEAD, READY};
 use std::any::Any;
 use std::borrow::Borrow;
@@ -239,7 +242,7 @@ where
 
     /// The cached value for `key`, if any; reads only.
     #[inline]
-    pub(crate) fn get<'g, Q>(&self, key: &Q, pin: &'g Pin<'_>) -> Option<&'g Published<V>>
+    pub(crate) fn get<'g, Q>(&'g self, key: &Q, pin: &'g Pin<'_>) -> Option<&'g V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -251,11 +254,11 @@ where
     /// does (a tuple of references to a tuple key's fields, say); reads only.
     #[inline]
     pub(crate) fn get_eq<'g, Q>(
-        &self,
+        &'g self,
         probe: &Q,
         eq: impl Fn(&K) -> bool,
         pin: &'g Pin<'_>,
-    ) -> Option<&'g Published<V>>
+    ) -> Option<&'g V>
     where
         Q: Hash + ?Sized,
     {
@@ -264,9 +267,9 @@ where
             self.shard(hash)
                 .find(hash, eq, &pin.guard)
                 .and_then(|n| match n.view(&pin.guard) {
-                    View::Ready(p) => {
-                        self.touch(n);
-                        Some(p)
+                    View::Ready { node, value } => {
+                        self.touch(node);
+                        Some(value)
                     }
                     _ => None,
                 });
@@ -352,9 +355,12 @@ where
                     };
                 }
                 Some(node) => match node.view(&pin.guard) {
-                    View::Ready(p) => {
-                        let value = Arc::clone(p.value());
-                        self.touch(node);
+                    View::Ready {
+                        node: holder,
+                        value,
+                    } => {
+                        let value = arc_of(value);
+                        self.touch(holder);
                         pin.stats.bump(Counter::Hit);
                         // SAFETY: an unlinked node of ours, never shared.
                         drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
@@ -381,10 +387,10 @@ where
                         let state = held.slot.wait();
                         let pin = self.pin();
                         if state == READY {
-                            if let View::Ready(p) = held.view(&pin.guard) {
+                            if let View::Ready { value, .. } = held.view(&pin.guard) {
                                 // SAFETY: as above.
                                 drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
-                                return Served::Shared(Arc::clone(p.value()));
+                                return Served::Shared(arc_of(value));
                             }
                         } else if state == DEAD {
                             match held.outcome() {
@@ -433,11 +439,9 @@ where
                 let weight = self.weigh(node.key(), &v);
                 let value = Arc::new(v);
                 if self.reserve(weight, stats) {
-                    let boxed = Owned::new(Published::new(Arc::clone(&value), weight));
                     // Relaxed: a size statistic (counted before a remover can uncount it).
                     shard.live.fetch_add(1, Ordering::Relaxed);
-                    // Release: pairs with the Acquire load in `Node::view`.
-                    node.value.store(boxed, Ordering::Release);
+                    node.publish(Arc::clone(&value), weight);
                     node.slot.finish(READY);
                     self.admit(Arc::clone(&node), weight);
                     attempt.done = true;
@@ -478,13 +482,17 @@ where
 
     /// Inserts or replaces; refuses (handing both back) when the weight does not fit.
     ///
-    /// A replacement reserves only what the new weight adds to the old one: the part they
-    /// share passes from the old box to the new one when the CAS swaps them (I5).
+    /// A replacement is a new node: the old node's value cell is swapped, in one CAS, from
+    /// its value to a forward to the new node, which makes the old value this call's alone
+    /// (a remover racing it fails its own CAS and follows the forward). It reserves only what
+    /// the new weight adds to the old one: the part they share passes from the old node to
+    /// the new one with that CAS (I5). The slot is then swung to the new node (`locate`
+    /// swings any forwarded slot it meets).
     pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, Refused<K, V>> {
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
         let shard = self.shard(hash);
-        let mut boxed = Some(Box::new(Published::new(Arc::new(value), weight)));
+        let mut value = Some(Arc::new(value));
         let mut key = Some(key);
         loop {
             let pin = self.pin();
@@ -494,10 +502,10 @@ where
             let pos = shard.locate(hash, |k| k == q, &pin.guard);
             let Some(node) = pos.found else {
                 if !self.reserve(weight, pin.stats) {
-                    return Err(self.refuse(&pin, key, boxed));
+                    return Err(self.refuse(&pin, key, value, weight));
                 }
-                let k = key.take().expect("checked above");
-                let node = Arc::into_raw(Arc::new(Node::new(hash, k, boxed.take(), 0)));
+                let node =
+                    Arc::into_raw(Arc::new(self.node_with(hash, &mut key, &mut value, weight)));
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
@@ -509,44 +517,49 @@ where
                 shard.live.fetch_sub(1, Ordering::Relaxed);
                 self.budget.release(weight);
                 // SAFETY: the link failed, so the node was never shared.
-                let (k, b) = unsafe { into_parts(node) };
-                (key, boxed) = (Some(k), b);
+                let (k, v) = unsafe { into_parts(node) };
+                (key, value) = (Some(k), v);
                 continue;
             };
             match node.view(&pin.guard) {
-                View::Ready(current) => {
-                    let shared = weight.min(current.weight());
-                    if !self.reserve(weight - shared, pin.stats) {
-                        return Err(self.refuse(&pin, key, boxed));
-                    }
-                    // Acquire: pairs with the Release that published the current box.
-                    let old = node.value.load(Ordering::Acquire, &pin.guard);
-                    if !std::ptr::eq(old.as_raw(), current) {
-                        self.budget.release(weight - shared);
+                View::Ready {
+                    node: current,
+                    value: old,
+                } => {
+                    let cell = current.cell();
+                    if value_of::<V>(cell).map(|v| v as *const V) != Some(old as *const V) {
                         continue;
                     }
-                    let new = Owned::from(boxed.take().expect("the box is in hand"));
-                    // AcqRel: Release pairs with the Acquire in `Node::view` (publishes the
-                    // new box); Acquire makes the old box's contents ours to read.
-                    match node.value.compare_exchange(
-                        old,
-                        new,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                        &pin.guard,
-                    ) {
-                        Ok(_) => {
-                            // SAFETY: our CAS took the old box out of the cell; `shared` of its
-                            // weight now belongs to the new box (I5, I6).
-                            let old = unsafe { self.retire_value(old, shared, &pin.guard) };
-                            self.notify(node.key(), &old, RemovalCause::Replaced);
-                            // Push the retired box towards reclamation now (see `take`).
+                    let shared = weight.min(current.weight());
+                    if !self.reserve(weight - shared, pin.stats) {
+                        return Err(self.refuse(&pin, key, value, weight));
+                    }
+                    let new = Arc::new(self.node_with(hash, &mut key, &mut value, weight));
+                    let forward = forward_to(Arc::clone(&new));
+                    match current.swap_cell(cell, forward) {
+                        Ok(()) => {
+                            // SAFETY: our CAS took the old value out of the cell; `shared` of
+                            // its weight now belongs to the new node (I5, I6).
+                            let old =
+                                unsafe { self.retire_value(current, cell, shared, &pin.guard) };
+                            // Swing the slot to the new node.
+                            let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
+                            self.notify(new.key(), &old, RemovalCause::Replaced);
+                            self.admit(new, weight);
+                            // Push the retired value towards reclamation now (see `take`).
                             pin.guard.flush();
                             return Ok(Some(old));
                         }
-                        Err(e) => {
+                        Err(_) => {
                             self.budget.release(weight - shared);
-                            boxed = Some(e.new.into_box());
+                            // SAFETY: the cell did not take the count `forward` carries.
+                            drop(unsafe { Arc::from_raw(node::unforward::<K, V>(forward)) });
+                            let (k, v) = Arc::try_unwrap(new)
+                                .unwrap_or_else(|_| {
+                                    unreachable!("a node never shared has one count")
+                                })
+                                .into_parts();
+                            (key, value) = (Some(k), v);
                         }
                     }
                 }
@@ -560,19 +573,30 @@ where
         }
     }
 
+    /// A `READY` node for an insert, taking the key and value out of their holders.
+    fn node_with(
+        &self,
+        hash: u64,
+        key: &mut Option<K>,
+        value: &mut Option<Arc<V>>,
+        weight: u64,
+    ) -> Node<K, V> {
+        let k = key.take().expect("the key is in hand");
+        let v = value.take().expect("the value is in hand");
+        Node::new(hash, k, Some((v, weight)), 0)
+    }
+
     /// Builds the refusal of an insert, handing the key and the value back.
     #[cold]
     fn refuse(
         &self,
         pin: &Pin<'_>,
         key: Option<K>,
-        boxed: Option<Box<Published<V>>>,
+        value: Option<Arc<V>>,
+        weight: u64,
     ) -> Refused<K, V> {
         pin.stats.bump(Counter::Rejection);
-        let (value, weight) = boxed
-            .expect("the box is in hand when refusing")
-            .into_parts();
-        let value = Arc::try_unwrap(value)
+        let value = Arc::try_unwrap(value.expect("the value is in hand when refusing"))
             .unwrap_or_else(|_| unreachable!("an insert's value is never shared before it lands"));
         Refused {
             key: key.expect("the key is in hand when refusing"),
@@ -582,28 +606,31 @@ where
         }
     }
 
-    /// Releases the weight of a box just swapped out of a cell (less `kept`, which passed to
-    /// its replacement), defers its destruction, and returns its value.
+    /// Releases the weight of a value just swapped out of `node`'s cell (less `kept`, which
+    /// passed to its replacement), defers the release of the cell's count, and returns the
+    /// value.
     ///
     /// # Safety
-    /// - `ptr` is non-null and the caller's own atomic operation took it out of a value cell,
-    ///   so no other thread releases or retires it.
+    /// - `cell` held a value and the caller's own CAS took it out of `node`'s cell, so no
+    ///   other thread releases or retires it.
     unsafe fn retire_value(
         &self,
-        ptr: Shared<'_, Published<V>>,
+        node: &Node<K, V>,
+        cell: usize,
         kept: u64,
         guard: &Guard,
     ) -> Arc<V> {
-        // SAFETY: non-null, alive under `guard` (I6).
-        let p = unsafe { ptr.deref() };
-        let value = Arc::clone(p.value());
-        self.budget.release(p.weight() - kept);
+        let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
+        // The CAS that took the value acquired its publication, weight included.
+        self.budget.release(node.weight() - kept);
         let pending = self.domain.retiring();
-        // SAFETY: no new reader can load `ptr` (it left the cell); current readers are pinned,
-        // and the collector runs the closure once, after the last of them unpins.
+        let raw = cell as *const V;
+        // SAFETY: no new reader can load `raw` (it left the cell); current readers are pinned,
+        // and the collector runs the closure once, after the last of them unpins. The cell's
+        // count came from `Arc::into_raw` and is released once, here.
         unsafe {
             guard.defer_unchecked(move || {
-                drop(ptr.into_owned());
+                drop(Arc::from_raw(raw));
                 pending.done();
             })
         };
@@ -618,10 +645,11 @@ where
         }
     }
 
-    /// Removes a live node's value; `None` if someone else removed or replaced it first.
+    /// Removes a live node's value; `None` if someone else removed or replaced it first (the
+    /// eviction policy's victim is that node, not its replacement).
     ///
-    /// The value's box goes to this thread's epoch bag. A bag reaches the collector only when
-    /// it fills or is flushed, so every public operation that retires values flushes once at
+    /// The value goes to this thread's epoch bag. A bag reaches the collector only when it
+    /// fills or is flushed, so every public operation that retires values flushes once at
     /// its end: otherwise a removed value (a GPU buffer, say) could outlive its last holder
     /// indefinitely on a quiet thread.
     fn take(
@@ -631,43 +659,48 @@ where
         guard: &Guard,
         cause: RemovalCause,
     ) -> Option<Arc<V>> {
-        self.take_if(node, shard, guard, cause, |_| true)
+        self.take_if(node, shard, guard, cause, false, |_| true)
     }
 
-    /// [`take`](Self::take), only if `pred` accepts the value cached at that moment.
+    /// [`take`](Self::take), only if `pred` accepts the value cached at that moment; with
+    /// `follow`, a replaced node's replacement is taken instead (a removal by key).
     fn take_if(
         &self,
         node: &Node<K, V>,
         shard: &Shard<K, V>,
         guard: &Guard,
         cause: RemovalCause,
+        follow: bool,
         pred: impl Fn(&Arc<V>) -> bool,
     ) -> Option<Arc<V>> {
-        // Acquire: pairs with the Release that published the box, whose value `pred` reads.
-        let mut current = node.value.load(Ordering::Acquire, guard);
-        let old = loop {
-            // SAFETY: a box loaded under `guard` lives until the guard drops (I6).
-            let p = unsafe { current.as_ref() }?;
-            if !pred(p.value()) {
+        let mut node = node;
+        let mut cell = node.cell();
+        loop {
+            if let Some(next) = node.forwarded_by(cell) {
+                if !follow {
+                    return None;
+                }
+                node = next;
+                cell = node.cell();
+                continue;
+            }
+            let value = value_of::<V>(cell)?;
+            // SAFETY: the cell's count stays where it is; this only lends `pred` the value
+            // as an `Arc` (never dropped here), alive under `guard` (I6).
+            let lent = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(value as *const V) });
+            if !pred(&lent) {
                 return None;
             }
-            // AcqRel: Acquire makes the box's contents ours; Release orders our null after
-            // them. The CAS fails if a replacement or another removal got there first.
-            match node.value.compare_exchange(
-                current,
-                Shared::null(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-                guard,
-            ) {
-                Ok(_) => break current,
-                Err(e) => current = e.current,
+            // The CAS fails if a replacement or another removal got there first.
+            match node.swap_cell(cell, 0) {
+                Ok(()) => break,
+                Err(now) => cell = now,
             }
-        };
+        }
         // Relaxed: a size statistic.
         shard.live.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: our CAS took the box out of the cell.
-        let value = unsafe { self.retire_value(old, 0, guard) };
+        // SAFETY: our CAS took the value out of the cell.
+        let value = unsafe { self.retire_value(node, cell, 0, guard) };
         self.notify(node.key(), &value, cause);
         Some(value)
     }
@@ -682,9 +715,9 @@ where
         let shard = self.shard(hash);
         let pin = self.pin();
         let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
-        let removed = self.take_if(node, shard, &pin.guard, RemovalCause::Removed, pred);
+        let removed = self.take_if(node, shard, &pin.guard, RemovalCause::Removed, true, pred);
         if removed.is_some() {
-            unlink_dead(node, shard, &pin.guard);
+            unlink_dead(node.resolve(), shard, &pin.guard);
             pin.stats.bump(Counter::Removal);
             pin.guard.flush();
         }
@@ -712,9 +745,13 @@ where
             let mut go = true;
             shard.for_each(&pin.guard, |node| {
                 go = more();
-                if go && self.take(node, shard, &pin.guard, cause).is_some() {
+                if go
+                    && self
+                        .take_if(node, shard, &pin.guard, cause, true, |_| true)
+                        .is_some()
+                {
                     removed += 1;
-                    unlink_dead(node, shard, &pin.guard);
+                    unlink_dead(node.resolve(), shard, &pin.guard);
                 }
                 go
             });
@@ -754,8 +791,8 @@ where
             let mut ranked = Vec::new();
             for shard in self.shards.iter() {
                 shard.for_each(&pin.guard, |node| {
-                    if let View::Ready(p) = node.view(&pin.guard) {
-                        ranked.push((rank(node.key(), p.value()), node, &**shard));
+                    if let View::Ready { node, value } = node.view(&pin.guard) {
+                        ranked.push((rank(node.key(), value), node, &**shard));
                     }
                     true
                 });
@@ -843,11 +880,11 @@ where
                 .map_err(|e| format!("shard {i}: {e}"))?;
             shard.for_each(&pin.guard, |n| {
                 match n.view(&pin.guard) {
-                    View::Ready(p) => {
+                    View::Ready { node, .. } => {
                         live += 1;
-                        weight += p.weight();
-                        cached.insert(n as *const Node<K, V> as usize);
-                        if !keys.insert(n.key()) {
+                        weight += node.weight();
+                        cached.insert(node as *const Node<K, V> as usize);
+                        if !keys.insert(node.key()) {
                             problem = Some(format!("shard {i}: a key is cached twice"));
                         }
                     }
@@ -904,11 +941,11 @@ where
     }
 }
 
-/// Takes the key and value box back out of a node that was never linked.
+/// Takes the key and value back out of a node that was never linked.
 ///
 /// # Safety
 /// - `n` came from `Arc::into_raw(Arc::new(..))`, was never linked, and is not used afterwards.
-unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<Box<Published<V>>>) {
+unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<Arc<V>>) {
     // SAFETY: never shared, so ours is the only count.
     let node = unsafe { Arc::from_raw(n) };
     Arc::try_unwrap(node)

@@ -210,6 +210,9 @@ impl<K: Eq, V> Shard<K, V> {
                             table = table.next(guard)?;
                             continue 'tables;
                         }
+                        // A replaced node forwards to its replacement until the slot is
+                        // swung to it.
+                        let n = n.resolve();
                         return n.is_live(guard).then_some(n);
                     }
                     Some(_) => {}
@@ -269,6 +272,14 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                     None => {}
                     Some(n) if n.hash == hash && eq(n.key()) => {
+                        // Frozen or moved after we read `next`: it is set now. Either way the
+                        // key's slot is moved before we look at `next` (H2): its copy may not
+                        // have landed yet.
+                        let next = match next {
+                            Some(next) => Some(next),
+                            None if s.tag() != 0 => Some(self.successor(table, guard)),
+                            None => None,
+                        };
                         if let Some(next) = next {
                             if self.move_slot(table, next, i, guard) {
                                 self.count_moved(table, next, 1, guard);
@@ -276,10 +287,10 @@ impl<K: Eq, V> Shard<K, V> {
                             table = next;
                             continue 'tables;
                         }
-                        if s.tag() != 0 {
-                            // Frozen after we read `next`: it is set now.
-                            table = self.successor(table, guard);
-                            continue 'tables;
+                        if let Some(to) = n.forwarded() {
+                            // Replaced: swing the slot to the replacement, then look again.
+                            swing(table, i, s, to.resolve(), guard);
+                            continue;
                         }
                         return Position {
                             table,
@@ -523,10 +534,11 @@ impl<K: Eq, V> Shard<K, V> {
             } else if s.tag() & FROZEN == 0 {
                 s.with_tag(FROZEN)
             } else {
-                // SAFETY: a node read under `guard` outlives it (H3).
-                let node = unsafe { s.deref() };
+                // SAFETY: a node read under `guard` outlives it (H3). A replaced node is
+                // copied as its replacement.
+                let node = unsafe { s.deref() }.resolve();
                 if node.is_live(guard) {
-                    copy(next, s, guard);
+                    copy(next, node, guard);
                 }
                 s.with_tag(MOVED)
             };
@@ -597,6 +609,9 @@ impl<K: Eq, V> Shard<K, V> {
                 let Some(n) = (unsafe { s.as_ref() }) else {
                     continue;
                 };
+                if s.tag() & MOVED == 0 && n.forwarded().is_some() {
+                    return Err(format!("slot {i}: a replaced node was never swung out"));
+                }
                 if s.tag() & MOVED == 0 && n.is_live(guard) {
                     match self.find(n.hash, |k| k == n.key(), guard) {
                         Some(f) if std::ptr::eq(f, n) => {}
@@ -618,9 +633,7 @@ impl<K: Eq, V> Shard<K, V> {
 
 /// Copies a frozen live node into `next` unless its key is bound there already (a helper
 /// copied it first, or it was copied and a writer changed that slot since).
-fn copy<K: Eq, V>(next: &Table<K, V>, frozen: Shared<'_, Node<K, V>>, guard: &Guard) {
-    // SAFETY: a node read under `guard` outlives it (H3).
-    let node = unsafe { frozen.deref() };
+fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
     let mut i = node.hash as usize & next.mask;
     for _ in 0..=next.mask {
         let slot = &next.slots[i];
@@ -667,6 +680,32 @@ fn copy<K: Eq, V>(next: &Table<K, V>, frozen: Shared<'_, Node<K, V>>, guard: &Gu
         i = (i + 1) & next.mask;
     }
     debug_assert!(false, "a migration found its new table full (H4)");
+}
+
+/// Swings slot `i`, which held `current` (a replaced node), to `to`, the node that replaced
+/// it; a failed CAS means another thread swung it, or a migration froze it (and copies `to`).
+fn swing<K, V>(
+    table: &Table<K, V>,
+    i: usize,
+    current: Shared<'_, Node<K, V>>,
+    to: &Node<K, V>,
+    guard: &Guard,
+) {
+    let p = Arc::into_raw(super::node::hold(to));
+    // Release: pairs with the Acquire slot loads (the replacement's fields were published by
+    // the forward, which we acquired; this passes them on).
+    match table.slots[i].compare_exchange(
+        current,
+        Shared::from(p),
+        Ordering::Release,
+        Ordering::Relaxed,
+        guard,
+    ) {
+        // SAFETY: our CAS took the replaced node out of the slot, with the table's count.
+        Ok(_) => unsafe { retire(current, guard) },
+        // SAFETY: the count we took for the slot, never shared.
+        Err(_) => drop(unsafe { Arc::from_raw(p) }),
+    }
 }
 
 /// Hands a node's table count to the epoch collector.
