@@ -7,9 +7,10 @@
 //! * `wait`/`wake_all` are futex operations ([`atomic_wait`]) on a slot's state word. loom does
 //!   not model futexes, so under `runcache_loom` a wait re-checks the word and yields (see the
 //!   loom `wait` for why not a mutex and condvar).
-//! * [`UnsafeCell`] holds the contents of published value boxes, so that loom checks every
-//!   read of them for a happens-before edge to their writer: publishing a box with `Relaxed`
-//!   instead of `Release` fails the models with a causality violation.
+//! * [`UnsafeCell`] holds data that loom must check every read of for a happens-before edge
+//!   to its writer: a node's weight (read by whoever takes the node's value, so publishing a
+//!   value with `Relaxed` instead of `Release` fails the models with a causality violation)
+//!   and a pool's contents.
 //! * Thread-locals (the per-thread epoch handles) are loom's under the cfg, so each modelled
 //!   thread registers with the cache's collector as a real thread would.
 //! * [`AtomicPair`] packs the weighted size and the capacity into one 128-bit word so that the

@@ -179,11 +179,11 @@ where
         self.hasher.hash_one(key)
     }
 
-    /// The shard of a hash: its bits just below bit 63, which the split-order key keeps (so
-    /// a node's shard can be found from the node) and which bucket indices never reach.
+    /// The shard of a hash: its top bits, which slot indices never reach. Nodes keep their
+    /// full hash, so the evictor finds a victim's shard from the node alone.
     #[inline]
     fn shard(&self, hash: u64) -> &Shard<K, V> {
-        let i = (hash << 1).checked_shr(self.shift).unwrap_or(0) as usize;
+        let i = hash.checked_shr(self.shift).unwrap_or(0) as usize;
         &self.shards[i]
     }
 
