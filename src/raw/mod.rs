@@ -263,16 +263,16 @@ where
         Q: Hash + ?Sized,
     {
         let hash = self.hash(probe);
-        let found =
-            self.shard(hash)
-                .find(hash, eq, &pin.guard)
-                .and_then(|n| match n.view(&pin.guard) {
-                    View::Ready { node, value } => {
-                        self.touch(node);
-                        Some(value)
-                    }
-                    _ => None,
-                });
+        let found = self
+            .shard(hash)
+            .find_bound(hash, eq, &pin.guard)
+            .and_then(|n| match n.view(&pin.guard) {
+                View::Ready { node, value } => {
+                    self.touch(node);
+                    Some(value)
+                }
+                _ => None,
+            });
         pin.stats.bump(if found.is_some() {
             Counter::Hit
         } else {
