@@ -376,6 +376,38 @@ fn the_table_grows_while_staying_correct() {
 }
 
 #[test]
+fn a_stream_of_new_keys_does_not_grow_the_table() {
+    // Every new key claims a slot and every evicted or removed key leaves a dead one; the
+    // table sheds them by migrating at the same size (only live entries are copied), so a
+    // small cache stays small however many distinct keys pass through it.
+    for evict in [true, false] {
+        let builder = Cache::<u64, u64>::builder().capacity(100).shards(1);
+        let c = if evict {
+            builder.build().unwrap()
+        } else {
+            builder.when_full(WhenFull::Reject).build().unwrap()
+        };
+        for k in 0..200_000u64 {
+            if !evict && k >= 100 {
+                assert!(c.remove(&(k - 100)).is_some());
+            }
+            assert!(c.insert(k, k).is_ok(), "evict: {evict}, key {k}");
+        }
+        assert_eq!(c.len(), 100, "evict: {evict}");
+        assert!(
+            c.__migrations() > 100,
+            "migrations: {}, slots {}",
+            c.__migrations(),
+            c.__slots()
+        );
+        // 100 live entries need at most 512 slots (writers claim half a table, and a table
+        // doubles only while live entries fill a quarter of it).
+        assert!(c.__slots() <= 512, "evict: {evict}, slots: {}", c.__slots());
+        c.__validate().unwrap();
+    }
+}
+
+#[test]
 fn clear_removes_everything_and_returns_weight() {
     with_caches::<u64, u64>(1000, |c| {
         for i in 0..500 {

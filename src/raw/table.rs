@@ -29,17 +29,21 @@
 //!   table. So a node read from a slot under a guard lives until the guard drops, even if the
 //!   node has since been removed from a newer table (the old table, reachable by that guard,
 //!   still counts it).
-//! - **H4 (room).** Writers claim slots only while `used < slots / 2`, reserved on `used`
-//!   before the claim; copies into a new table are not limited, but a table is sized to at
-//!   least twice the slots its predecessor ever used (read after migration stopped new claims
-//!   there), so every table keeps an `EMPTY` slot and every probe ends.
+//! - **H4 (room).** A node becomes live in a table only through a claim reserved on `used`
+//!   (an `EMPTY` slot claimed, or a dead node replaced), reserved only while claims are
+//!   below half the slots and the `MIGRATING` bit is clear. So once the bit is set, the nodes
+//!   a migration will copy are the live ones (counted by a scan) plus the claims in flight at
+//!   the bit (counted in `used`); the new table gets four slots per such node. Copies then
+//!   fill at most a quarter of it and writers claim at most half, so every table keeps an
+//!   `EMPTY` slot and every probe ends. Sizing by live nodes also makes a table full of dead
+//!   ones migrate at its own size, or smaller.
 //!
 //! A table is retired (through the epoch) by the thread whose CAS moves the shard's root past
 //! it, after every slot is moved. A table's migration starts only when it is the root, so
 //! there are at most two tables in flight.
 
 use super::node::Node;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::sync::Arc;
 
@@ -62,14 +66,18 @@ const CHUNK: usize = if cfg!(any(runcache_stress, runcache_loom)) {
 } else {
     128
 };
-/// The bit of `Table::used` that stops new claims once migration has begun.
-const MIGRATING: usize = 1 << (usize::BITS - 1);
+/// `Table::used`, bits 0–31: claims (slots claimed, dead nodes replaced, copies landed).
+const CLAIMS: u64 = (1 << 32) - 1;
+/// `Table::used`, bits 32–62: claims reserved whose CAS has not yet succeeded or failed.
+const IN_FLIGHT: u64 = 1 << 32;
+/// `Table::used`, bit 63: migration has begun; no claim may be reserved any more.
+const MIGRATING: u64 = 1 << 63;
 
 struct Table<K, V> {
     mask: usize,
     slots: Box<[Atomic<Node<K, V>>]>,
-    /// Slots ever claimed or filled by copies, plus the `MIGRATING` bit (**H4**).
-    used: AtomicUsize,
+    /// Claims, claims in flight and the `MIGRATING` bit, in one word (**H4**).
+    used: AtomicU64,
     /// The table this one migrates into; null until migration starts.
     next: Atomic<Table<K, V>>,
     /// Slots handed out to migrating threads (may run past the slot count).
@@ -84,7 +92,7 @@ impl<K, V> Table<K, V> {
         Self {
             mask: slots - 1,
             slots: (0..slots).map(|_| Atomic::null()).collect(),
-            used: AtomicUsize::new(0),
+            used: AtomicU64::new(0),
             next: Atomic::null(),
             claimed: AtomicUsize::new(0),
             moved: AtomicUsize::new(0),
@@ -105,23 +113,34 @@ impl<K, V> Table<K, V> {
         unsafe { self.slots.get_unchecked(i) }
     }
 
-    /// Reserves a claim (**H4**); `false` once the table is half used or migrating.
+    /// Reserves a claim (**H4**): `false` once claims reach half the slots, or once the
+    /// table migrates. The caller settles it with [`settle`](Self::settle).
     fn reserve(&self) -> bool {
-        let limit = self.len() / 2;
-        // Relaxed: the count publishes nothing; it only bounds claims.
+        let limit = (self.len() / 2) as u64;
+        // Relaxed: the word publishes nothing; it only bounds claims, and read-modify-writes
+        // see its latest value whatever the ordering.
         let mut u = self.used.load(Ordering::Relaxed);
         loop {
-            if u & MIGRATING != 0 || u >= limit {
+            if u & MIGRATING != 0 || u & CLAIMS >= limit {
                 return false;
             }
-            match self
-                .used
-                .compare_exchange_weak(u, u + 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match self.used.compare_exchange_weak(
+                u,
+                u + 1 + IN_FLIGHT,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return true,
                 Err(now) => u = now,
             }
         }
+    }
+
+    /// Settles a reserved claim: it is no longer in flight, and counts only if it landed.
+    fn settle(&self, landed: bool) {
+        // Relaxed: as in `reserve`.
+        self.used
+            .fetch_sub(IN_FLIGHT + u64::from(!landed), Ordering::Relaxed);
     }
 
     fn next<'g>(&self, guard: &'g Guard) -> Option<&'g Table<K, V>> {
@@ -349,35 +368,30 @@ impl<K: Eq, V> Shard<K, V> {
     ) -> bool {
         let table = pos.table;
         let claim = pos.current.is_null();
-        if claim && !table.reserve() {
+        // Replacing a dead node is reserved like a claim: once a table migrates, no node can
+        // become live in it, so the scan in `start_migration` counts every node it will copy.
+        if !table.reserve() {
             self.start_migration(table, guard);
             return false;
         }
         // Release: pairs with the Acquire slot loads in `find` and `locate`; publishes the
         // node's fields. Relaxed on failure: nothing is read.
-        match table.slots[pos.index].compare_exchange(
-            pos.current,
-            Shared::from(node),
-            Ordering::Release,
-            Ordering::Relaxed,
-            guard,
-        ) {
-            Ok(_) => {
-                if !claim {
-                    // SAFETY: our CAS took the dead node out of the slot, with the table's
-                    // count of it (H3).
-                    unsafe { retire(pos.current, guard) };
-                }
-                true
-            }
-            Err(_) => {
-                if claim {
-                    // Relaxed: as in `reserve`.
-                    table.used.fetch_sub(1, Ordering::Relaxed);
-                }
-                false
-            }
+        let landed = table.slots[pos.index]
+            .compare_exchange(
+                pos.current,
+                Shared::from(node),
+                Ordering::Release,
+                Ordering::Relaxed,
+                guard,
+            )
+            .is_ok();
+        table.settle(landed);
+        if landed && !claim {
+            // SAFETY: our CAS took the dead node out of the slot, with the table's count of
+            // it (H3).
+            unsafe { retire(pos.current, guard) };
         }
+        landed
     }
 
     /// Unlinks a dead node, if it is still where it was linked (its slot turns `TOMB`). A
@@ -454,16 +468,24 @@ impl<K: Eq, V> Shard<K, V> {
         if table.next(guard).is_some() {
             return;
         }
-        // Relaxed: no claim can follow the bit (H4); the count before it is final, since
-        // copies into this table ended before it became the root (ordered by the root's
-        // Acquire load above).
-        let used = table.used.fetch_or(MIGRATING, Ordering::Relaxed) & !MIGRATING;
-        // Relaxed: an estimate for sizing.
-        let live = self.live.load(Ordering::Relaxed);
-        let grow = live.saturating_mul(4) >= table.len();
-        let want = if grow { table.len() * 2 } else { table.len() };
-        let slots = want
-            .max(used.saturating_mul(2) + 1)
+        // Relaxed: the bit only stops new reservations (H4). Claims in flight at the bit may
+        // still land, and the scan below may or may not see them, so they count on top.
+        let used = table.used.fetch_or(MIGRATING, Ordering::Relaxed);
+        let in_flight = ((used & !MIGRATING) >> 32) as usize;
+        // Every node that will be copied is live now or lands from a claim in flight: no node
+        // becomes live in a migrating table otherwise (H4). Count them; the new table gets
+        // four slots per node, so the copies fill at most a quarter of it.
+        let copies = table
+            .slots
+            .iter()
+            .filter(|slot| {
+                let s = slot.load(Ordering::Acquire, guard);
+                // SAFETY: as in `find`.
+                unsafe { s.as_ref() }.is_some_and(|n| n.resolve().is_live(guard))
+            })
+            .count();
+        let slots = (copies + in_flight)
+            .saturating_mul(4)
             .next_power_of_two()
             .max(MIN_SLOTS);
         let new = Owned::new(Table::new(slots));
@@ -642,9 +664,12 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                 }
             }
-            // Relaxed: the cache is quiet.
+            // Relaxed: the cache is quiet. Replacements count as claims too.
             let used = t.used.load(Ordering::Relaxed);
-            if used & MIGRATING == 0 && used != taken {
+            if used & !MIGRATING & !CLAIMS != 0 {
+                return Err("a claim is still in flight in a quiet cache".to_string());
+            }
+            if used & MIGRATING == 0 && ((used & CLAIMS) as usize) < taken {
                 return Err(format!("{taken} slots are taken but {used} were counted"));
             }
             table = t.next(guard);
