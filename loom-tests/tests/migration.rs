@@ -114,3 +114,22 @@ fn a_build_that_starts_a_migration_runs_once() {
         c.__validate().unwrap();
     });
 }
+
+/// `clear` racing a migration walks both tables: it removes keys 1 and 2 wherever they are
+/// (old table, new table, or both while a copy is under way), and key 3, inserted by the
+/// migrating thread, stays only if it landed after the clear passed it.
+#[test]
+fn a_clear_racing_a_migration_removes_what_was_there() {
+    loom::model(|| {
+        let c = full_table();
+        let t = migrate(&c);
+        c.clear();
+        t.join().unwrap();
+        assert_eq!(c.get(&1), None);
+        assert_eq!(c.get(&2), None);
+        let three = c.get(&3).is_some();
+        assert_eq!(c.len(), usize::from(three));
+        assert_eq!(c.weighted_size(), c.len() as u64);
+        c.__validate().unwrap();
+    });
+}
