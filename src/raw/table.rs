@@ -6,20 +6,25 @@
 //! A slot is a tagged pointer. Its states, and the only transitions between them:
 //!
 //! ```text
-//!   EMPTY ──claim──▶ node(K) ──replace a dead node of K──▶ node'(K)
+//!   EMPTY ──claim──▶ node(K) ──replace a dead node, or swing a replaced one──▶ node'(K)
 //!     │                 │ └──unlink a dead node──▶ TOMB ──▶ TOMB|MOVED
 //!     │                 └──freeze──▶ node|FROZEN ──copy, then──▶ node|MOVED
 //!     └──seal (migration)──▶ SEALED (null|MOVED)
 //! ```
+//!
+//! (A replaced node forwards to its replacement through its value cell until the slot is
+//! swung to it; readers follow the forward, see `Node::view`.)
 //!
 //! - **H1 (binding).** Once a slot holds a node of key `K` it only ever holds nodes of `K`
 //!   until it turns `TOMB`, and only a dead node is ever turned `TOMB`. A slot is claimed for
 //!   `K` only at the first `EMPTY` slot of `K`'s probe sequence, found by a search that met no
 //!   slot bound to `K` before it. So a key is bound to at most one slot per table, and a key
 //!   whose probe meets `EMPTY` first is absent from that table.
-//! - **H2 (migration).** Once a table has a `next`, no slot of it is claimed again; each slot
-//!   is moved exactly once: an `EMPTY` one is sealed, a node is frozen (after which nothing
-//!   changes it), copied into `next` if it is live, then marked `MOVED`. A writer writes into
+//! - **H2 (migration).** Once a table migrates, no claim is reserved in it any more (a claim
+//!   already in flight lands before its slot moves, or fails); each slot is moved exactly
+//!   once: an `EMPTY` one is sealed, a node is frozen (after which nothing changes the slot),
+//!   its replacement (if it was replaced) or itself copied into `next` if live, then the
+//!   slot is marked `MOVED`. A writer writes into
 //!   `next` only after the slot of its key in the old table is `MOVED` (or its probe ended at a
 //!   `SEALED` slot), so the old table's node is authoritative until then: readers use a
 //!   `FROZEN` node as it is and follow a `MOVED` or `SEALED` slot into `next`.
