@@ -33,19 +33,14 @@ mod imp {
     }
     pub(crate) use local_key;
 
-    /// `std::cell::UnsafeCell` with loom's `with`/`with_mut` API, so code that reads through
-    /// it is observed by loom under the model cfg.
+    /// `std::cell::UnsafeCell` with loom's `with_mut` API, so code that uses it is observed by
+    /// loom under the model cfg.
     #[derive(Debug)]
     pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
     impl<T> UnsafeCell<T> {
         pub(crate) fn new(data: T) -> Self {
             Self(std::cell::UnsafeCell::new(data))
-        }
-
-        #[inline]
-        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-            f(self.0.get())
         }
 
         #[inline]

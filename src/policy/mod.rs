@@ -48,15 +48,12 @@ pub(crate) struct EntryMeta {
     /// Bits 0–1: the CLOCK frequency (0..=`MAX_FREQ`); bits 2–5: hits since the policy last
     /// visited the entry (0..=`MAX_HITS`), which the visit adds to the sketch.
     freq: AtomicU8,
-    /// The weight the entry had when it joined its queue.
-    weight: AtomicU64,
 }
 
 impl EntryMeta {
     pub(crate) fn new() -> Self {
         Self {
             freq: AtomicU8::new(0),
-            weight: AtomicU64::new(0),
         }
     }
 
@@ -91,16 +88,13 @@ impl EntryMeta {
         // Relaxed: see `touch`.
         self.freq.fetch_and(3, Ordering::Relaxed) >> 2
     }
-
-    fn weight(&self) -> u64 {
-        // Relaxed: a queue-size hint.
-        self.weight.load(Ordering::Relaxed)
-    }
 }
 
 /// What the policy needs to know about a queued entry.
 pub(crate) trait Queued {
     fn meta(&self) -> &EntryMeta;
+    /// The entry's weight, fixed before it was admitted (the queues' totals count it).
+    fn weight(&self) -> u64;
     /// The entry's hash (for the ghost).
     fn hash(&self) -> u64;
     /// Whether the entry still holds a cached value.
@@ -145,11 +139,9 @@ impl<T: Queued> S3Fifo<T> {
         &self.ghost[(hash as usize) & (self.ghost.len() - 1)]
     }
 
-    /// Queues an entry whose value was just published with `weight`.
-    pub(crate) fn admit(&self, entry: T, weight: u64, live: impl FnOnce() -> usize) {
+    /// Queues an entry whose value was just published.
+    pub(crate) fn admit(&self, entry: T, live: impl FnOnce() -> usize) {
         let meta = entry.meta();
-        // Relaxed: a queue-size hint.
-        meta.weight.store(weight, Ordering::Relaxed);
         // The miss that led here counts as an access.
         self.sketch.add(entry.hash(), 1);
         // The ghost is direct-mapped and lossy: a collision only costs a misplaced entry. A
@@ -262,7 +254,7 @@ impl<T: Queued> S3Fifo<T> {
         self.sketch.add(c.hash(), u64::from(hits));
         // Relaxed: a queue-size hint.
         let main = self.main_weight.load(Ordering::Relaxed);
-        let room = main + c.meta().weight() <= main_capacity;
+        let room = main + c.weight() <= main_capacity;
         if room || hits >= PROMOTE_HITS {
             if c.meta().freq() > 0 {
                 self.move_to_main(c);
@@ -294,7 +286,7 @@ impl<T: Queued> S3Fifo<T> {
     /// Moves an entry popped from the small queue to the main queue's tail.
     fn move_to_main(&self, c: T) {
         c.meta().set_freq(0);
-        let w = c.meta().weight();
+        let w = c.weight();
         // Added before it is taken off, so neither total ever misses the entry.
         push(&self.main, &self.main_weight, c);
         subtract(&self.small_weight, w);
@@ -362,7 +354,7 @@ impl<T: Queued> S3Fifo<T> {
                     entries.push(e);
                 }
                 for e in &entries {
-                    sum += e.meta().weight();
+                    sum += e.weight();
                     if !seen.insert(e.id()) {
                         twice = Some(e.hash());
                     }
@@ -407,9 +399,15 @@ mod tests {
         cached: StdBool,
     }
 
+    /// Every test entry weighs 1.
+    const WEIGHT: u64 = 1;
+
     impl Queued for Arc<Entry> {
         fn meta(&self) -> &EntryMeta {
             &self.meta
+        }
+        fn weight(&self) -> u64 {
+            WEIGHT
         }
         fn hash(&self) -> u64 {
             self.hash
@@ -434,10 +432,10 @@ mod tests {
     fn one_hit_wonders_leave_first_and_hit_entries_are_promoted() {
         let p = S3Fifo::new(64);
         let hot = entry(1);
-        p.admit(hot.clone(), 1, || 1);
+        p.admit(hot.clone(), || 1);
         hot.meta.touch();
         for h in 2..10 {
-            p.admit(entry(h), 1, || 1);
+            p.admit(entry(h), || 1);
         }
         // Capacity 10: the small queue is "heavy", so victims come from it, in FIFO order,
         // skipping (and promoting, the main queue having room) the entry that was hit.
@@ -447,10 +445,10 @@ mod tests {
         // The evicted hash is in the ghost: re-admitted, it starts at frequency 1, so it will
         // leave the small queue like an entry that was hit, but with no hits of its own.
         let back = entry(2);
-        p.admit(back.clone(), 1, || 1);
+        p.admit(back.clone(), || 1);
         assert_eq!((back.meta.freq(), back.meta.take_hits()), (1, 0));
         let fresh = entry(100);
-        p.admit(fresh.clone(), 1, || 1);
+        p.admit(fresh.clone(), || 1);
         assert_eq!(fresh.meta.freq(), 0);
     }
 
@@ -460,12 +458,11 @@ mod tests {
         let p = S3Fifo::new(64);
         for h in main {
             let e = entry(h);
-            e.meta.weight.store(1, Ordering::Relaxed);
             p.sketch.add(h, 2);
             push(&p.main, &p.main_weight, e);
         }
         for h in small {
-            p.admit(entry(h), 1, || 1);
+            p.admit(entry(h), || 1);
         }
         p
     }
@@ -498,7 +495,7 @@ mod tests {
     fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
         let p = full(0..9, 100..101);
         let e = entry(101);
-        p.admit(e.clone(), 1, || 1);
+        p.admit(e.clone(), || 1);
         e.meta.touch();
         e.meta.touch();
         p.sketch.add(0, 10);
@@ -513,7 +510,7 @@ mod tests {
     fn frequency_saturates_and_main_queue_gives_second_chances() {
         let p = S3Fifo::new(64);
         let e = entry(7);
-        p.admit(e.clone(), 1, || 1);
+        p.admit(e.clone(), || 1);
         for _ in 0..10 {
             e.meta.touch();
         }
@@ -532,7 +529,7 @@ mod tests {
             e.cached.store(false, Ordering::Relaxed);
         }
         for e in &entries {
-            p.admit(e.clone(), 1, || 0);
+            p.admit(e.clone(), || 0);
         }
         assert!(
             p.queued() < 3000,
@@ -546,7 +543,7 @@ mod tests {
 
 /// Takes an entry's weight off a queue's total.
 fn uncount<T: Queued>(total: &AtomicU64, e: &T) {
-    subtract(total, e.meta().weight());
+    subtract(total, e.weight());
 }
 
 /// Takes `w` off a queue's total.
@@ -560,6 +557,6 @@ fn subtract(total: &AtomicU64, w: u64) {
 /// Appends an entry to a queue and adds its weight to the queue's total.
 fn push<T: Queued>(queue: &SegQueue<T>, total: &AtomicU64, e: T) {
     // Relaxed: a queue-size hint.
-    total.fetch_add(e.meta().weight(), Ordering::Relaxed);
+    total.fetch_add(e.weight(), Ordering::Relaxed);
     queue.push(e);
 }

@@ -222,9 +222,9 @@ where
     }
 
     /// Hands a node whose value was just published to the policy.
-    fn admit(&self, node: Arc<Node<K, V>>, weight: u64) {
+    fn admit(&self, node: Arc<Node<K, V>>) {
         if let Some(policy) = &self.policy {
-            policy.admit(node, weight, || self.len());
+            policy.admit(node, || self.len());
         }
     }
 
@@ -368,7 +368,7 @@ where
                     }
                     View::Dead => continue,
                     View::Loading => {
-                        if node.slot.builder() == token && token != 0 {
+                        if node.builder() == token && token != 0 {
                             drop(pin);
                             // SAFETY: as above.
                             drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
@@ -443,7 +443,7 @@ where
                     shard.live.fetch_add(1, Ordering::Relaxed);
                     node.publish(Arc::clone(&value), weight);
                     node.slot.finish(READY);
-                    self.admit(Arc::clone(&node), weight);
+                    self.admit(Arc::clone(&node));
                     attempt.done = true;
                     return Served::Built {
                         value,
@@ -511,7 +511,7 @@ where
                 if shard.link(&pos, node, &pin.guard) {
                     // SAFETY: linked, so the table holds a count and the node is alive; the
                     // policy's queue takes one more (I1).
-                    self.admit(unsafe { hold(&*node) }, weight);
+                    self.admit(unsafe { hold(&*node) });
                     return Ok(None);
                 }
                 shard.live.fetch_sub(1, Ordering::Relaxed);
@@ -530,7 +530,7 @@ where
                     if value_of::<V>(cell).map(|v| v as *const V) != Some(old as *const V) {
                         continue;
                     }
-                    let shared = weight.min(current.weight());
+                    let shared = weight.min(current.acquired_weight());
                     if !self.reserve(weight - shared, pin.stats) {
                         return Err(self.refuse(&pin, key, value, weight));
                     }
@@ -545,7 +545,7 @@ where
                             // Swing the slot to the new node.
                             let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
                             self.notify(new.key(), &old, RemovalCause::Replaced);
-                            self.admit(new, weight);
+                            self.admit(new);
                             // Push the retired value towards reclamation now (see `take`).
                             pin.guard.flush();
                             return Ok(Some(old));
@@ -622,7 +622,7 @@ where
     ) -> Arc<V> {
         let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
-        self.budget.release(node.weight() - kept);
+        self.budget.release(node.acquired_weight() - kept);
         let pending = self.domain.retiring();
         let raw = cell as *const V;
         // SAFETY: no new reader can load `raw` (it left the cell); current readers are pinned,
@@ -882,7 +882,7 @@ where
                 match n.view(&pin.guard) {
                     View::Ready { node, .. } => {
                         live += 1;
-                        weight += node.weight();
+                        weight += node.acquired_weight();
                         cached.insert(node as *const Node<K, V> as usize);
                         if !keys.insert(node.key()) {
                             problem = Some(format!("shard {i}: a key is cached twice"));

@@ -5,7 +5,9 @@
 
 use super::slot::{Slot, LOADING, READY};
 use crate::policy::EntryMeta;
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
+#[cfg(runcache_loom)]
+use crate::sync::UnsafeCell;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -30,42 +32,61 @@ pub(crate) enum View<'a, K, V> {
     Dead,
 }
 
-/// Tag bit of a value cell that forwards to the node that replaced this one.
+/// Tag of a value cell that forwards to the node that replaced this one.
 const FORWARD: usize = 1;
+/// Tag of a value cell that holds how a failed or rejected attempt ended (`Box<Outcome>`).
+const OUTCOME: usize = 2;
+/// Tag of a value cell that holds the token of the thread building the value (`token << 3`).
+const BUILDER: usize = 4;
+/// The tag bits.
+const TAGS: usize = 7;
 
 /// An entry node.
 ///
 /// Nodes are allocated as `Arc<Node>`; every table slot that points at one holds a strong
-/// count (**I1**).
+/// count (**I1**). `repr(C)`, with what a hit reads first (the hash, the value cell, the
+/// policy byte) and the key right after them.
+#[repr(C)]
 pub(crate) struct Node<K, V> {
     /// The key's full hash: probing compares it before the key.
     pub(crate) hash: u64,
-    key: K,
     /// The value cell (**I4**, **I6**), one of:
-    /// - 0: no value (the node is loading, or its value was removed);
+    /// - 0: no value (it was removed);
     /// - a pointer from `Arc::into_raw` (the cell owns that count): the cached value;
     /// - a node pointer tagged [`FORWARD`] (the cell owns a strong count of that node): the
-    ///   value was replaced, and the replacement lives in that node.
+    ///   value was replaced, and the replacement lives in that node;
+    /// - `token << 3` tagged [`BUILDER`]: the node is loading, built by that thread (used to
+    ///   turn same-thread recursion into a clear panic instead of a deadlock);
+    /// - a `Box<Outcome>` pointer tagged [`OUTCOME`] (the cell owns it): the attempt ended
+    ///   without caching, and this is what its waiters get.
     ///
-    /// Both pointers point into `Arc` allocations, whose two counters make them at least
-    /// 8-aligned, so bit 0 is free for the tag. A cell holds a value at most once: 0 → value
-    /// → 0 or forward, never back.
+    /// The pointers point into `Arc` or `Box` allocations of at least 8-byte alignment (an
+    /// `Arc`'s two counters, an `Outcome`'s pointers), so the low three bits are free for the
+    /// tags. A cell holds a value at most once: builder → value or outcome, value → 0 or
+    /// forward, never back.
     value: AtomicUsize,
-    /// The weight reserved for the value (**I5**). Written once, before the value is
-    /// published (the Release that publishes it orders the write), and read only by threads
-    /// that acquired the value: in the shim's `UnsafeCell`, so that loom checks that order.
-    weight: UnsafeCell<u64>,
     pub(crate) slot: Slot,
-    /// Set once, before the slot turns `DEAD`, when an attempt ends without caching.
-    outcome: AtomicPtr<Outcome<V>>,
     /// The eviction policy's state for this entry.
     pub(crate) meta: EntryMeta,
+    key: K,
+    /// The weight reserved for the value (**I5**). Written once, before the value is
+    /// published (the Release that publishes it orders the write), and read by threads that
+    /// acquired the value or admitted the node.
+    weight: AtomicU64,
+    /// Under loom, a copy of the weight in a tracked cell, read by whoever takes the value,
+    /// so that the models check that publishing orders the weight before the value.
+    #[cfg(runcache_loom)]
+    witness: UnsafeCell<u64>,
     _owns: PhantomData<Arc<V>>,
 }
 
-// SAFETY: a node owns a `K`, maybe an `Arc<V>` and a node it forwards to; it moves between
-// threads with them. All shared state is atomic except `weight`, which is written only
-// before the value is published and read only after acquiring it (see the field).
+// A `u64 → u64` node is 40 bytes, 56 with the `Arc` header: a 64-byte allocation.
+#[cfg(not(runcache_loom))]
+const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 40);
+
+// SAFETY: a node owns a `K`, maybe an `Arc<V>`, an outcome and a node it forwards to; it
+// moves between threads with them. All shared state is atomic (the loom-only witness is
+// written before the value is published and read after acquiring it).
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Node<K, V> {}
 // SAFETY: as above; `&K` and `&V` are handed to other threads, hence `K: Sync`, `V: Sync`.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Node<K, V> {}
@@ -76,16 +97,17 @@ impl<K, V> Node<K, V> {
     pub(crate) fn new(hash: u64, key: K, value: Option<(Arc<V>, u64)>, builder: u64) -> Self {
         let (slot, cell, weight) = match value {
             Some((v, w)) => (Slot::ready(), Arc::into_raw(v) as usize, w),
-            None => (Slot::loading(builder), 0, 0),
+            None => (Slot::loading(), (builder << 3) as usize | BUILDER, 0),
         };
         Self {
             hash,
-            key,
             value: AtomicUsize::new(cell),
-            weight: UnsafeCell::new(weight),
             slot,
-            outcome: AtomicPtr::new(std::ptr::null_mut()),
             meta: EntryMeta::new(),
+            key,
+            weight: AtomicU64::new(weight),
+            #[cfg(runcache_loom)]
+            witness: UnsafeCell::new(weight),
             _owns: PhantomData,
         }
     }
@@ -93,21 +115,50 @@ impl<K, V> Node<K, V> {
     /// Publishes the value of a `LOADING` node (its builder calls this once, before
     /// finishing the slot).
     pub(crate) fn publish(&self, value: Arc<V>, weight: u64) {
-        // SAFETY: only the builder writes, once, before the value is published; nobody reads
-        // the weight before acquiring the value (see the field).
-        self.weight.with_mut(|w| unsafe { *w = weight });
-        // Release: pairs with the Acquire loads of the cell (`view`, `take`), publishing the
-        // weight and the value.
+        // Relaxed: published by the Release swap below.
+        self.weight.store(weight, Ordering::Relaxed);
+        // SAFETY: only the builder writes, once, before the value is published; the witness
+        // is read only after acquiring the value.
+        #[cfg(runcache_loom)]
+        self.witness.with_mut(|w| unsafe { *w = weight });
+        // Release: pairs with the Acquire loads of the cell (`view`, `take_if`), publishing
+        // the weight and the value.
         let prev = self
             .value
             .swap(Arc::into_raw(value) as usize, Ordering::Release);
-        debug_assert_eq!(prev, 0, "a value cell is filled once");
+        debug_assert_eq!(
+            prev & TAGS,
+            BUILDER,
+            "a value cell is filled once, by its builder"
+        );
     }
 
-    /// The weight reserved for the value. Only for a thread that acquired the value.
+    /// The weight reserved for the value, for the policy (which got the node from the thread
+    /// that published it).
     pub(crate) fn weight(&self) -> u64 {
+        // Relaxed: written before the value's Release publication, which the caller follows.
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// The weight reserved for the value, for a thread that acquired the value (under loom,
+    /// the read is checked for that order).
+    pub(crate) fn acquired_weight(&self) -> u64 {
         // SAFETY: written once before the value was published; the caller acquired it.
-        self.weight.with(|w| unsafe { *w })
+        #[cfg(runcache_loom)]
+        self.witness
+            .with(|w| debug_assert_eq!(unsafe { *w }, self.weight()));
+        self.weight()
+    }
+
+    /// The token of the thread building a `LOADING` node (0 once it is not loading).
+    pub(crate) fn builder(&self) -> u64 {
+        // Relaxed: written before the node was linked (the linking CAS is Release).
+        let c = self.value.load(Ordering::Relaxed);
+        if c & TAGS == BUILDER {
+            (c >> 3) as u64
+        } else {
+            0
+        }
     }
 
     /// The value cell's raw word (Acquire: pairs with the Release that stored it).
@@ -128,7 +179,7 @@ impl<K, V> Node<K, V> {
     pub(crate) fn is_cached(&self) -> bool {
         // Relaxed: a snapshot for the eviction policy, which re-checks with a CAS.
         let c = self.value.load(Ordering::Relaxed);
-        c != 0 && c & FORWARD == 0
+        c != 0 && c & TAGS == 0
     }
 
     /// The node this one forwards to, if its value was replaced.
@@ -174,13 +225,13 @@ impl<K, V> Node<K, V> {
         let mut n = self;
         loop {
             let mut c = n.cell();
-            if c == 0 {
+            if c == 0 || c & (OUTCOME | BUILDER) != 0 {
                 match n.slot.state() {
                     LOADING => return View::Loading,
                     READY => c = n.cell(),
                     _ => return View::Dead,
                 }
-                if c == 0 {
+                if c == 0 || c & (OUTCOME | BUILDER) != 0 {
                     return View::Dead;
                 }
             }
@@ -201,24 +252,27 @@ impl<K, V> Node<K, V> {
 
     /// Records how a failed or rejected attempt ended. Called once, before `Slot::finish`.
     pub(crate) fn set_outcome(&self, outcome: Outcome<V>) {
-        let p = Box::into_raw(Box::new(outcome));
-        // Relaxed: published by the Release swap in `Slot::finish` that follows.
-        let prev = self.outcome.swap(p, Ordering::Relaxed);
-        debug_assert!(prev.is_null(), "an attempt's outcome was set twice");
+        let p = Box::into_raw(Box::new(outcome)) as usize;
+        debug_assert_eq!(p & TAGS, 0);
+        // Relaxed: published by the Release swap in `Slot::finish` that follows; only the
+        // builder writes a loading node's cell.
+        let prev = self.value.swap(p | OUTCOME, Ordering::Relaxed);
+        debug_assert_eq!(prev & TAGS, BUILDER, "an attempt's outcome was set twice");
     }
 
     /// Takes the key and value back out of a node that was never shared.
     pub(crate) fn into_parts(self) -> (K, Option<Arc<V>>) {
         let this = std::mem::ManuallyDrop::new(self);
-        // Relaxed: the node was never shared.
-        debug_assert!(this.outcome.load(Ordering::Relaxed).is_null());
         // SAFETY: `this` is never dropped, so the key is read out exactly once.
         let key = unsafe { std::ptr::read(&this.key) };
         // Relaxed: never shared.
         let c = this.value.load(Ordering::Relaxed);
-        debug_assert_eq!(c & FORWARD, 0, "a node never shared forwards nowhere");
+        debug_assert!(
+            c & TAGS == 0 || c & TAGS == BUILDER,
+            "a node never shared holds no outcome and forwards nowhere"
+        );
         // SAFETY: the cell's count of the value, taken out exactly once.
-        let value = (c != 0).then(|| unsafe { Arc::from_raw(c as *const V) });
+        let value = (c != 0 && c & TAGS == 0).then(|| unsafe { Arc::from_raw(c as *const V) });
         // The slot, the policy state and the (null) outcome own nothing that needs dropping.
         (key, value)
     }
@@ -226,10 +280,10 @@ impl<K, V> Node<K, V> {
     /// The outcome of a `DEAD` attempt, if it recorded one.
     pub(crate) fn outcome(&self) -> Option<&Outcome<V>> {
         // Relaxed: the caller read `DEAD` with Acquire, which pairs with `finish`'s Release.
-        let p = self.outcome.load(Ordering::Relaxed);
-        // SAFETY: the outcome box lives until the node drops, and the caller keeps the node
-        // alive (a guard or an `Arc` count).
-        unsafe { p.as_ref() }
+        let c = self.value.load(Ordering::Relaxed);
+        // SAFETY: the outcome box lives until the node drops (nothing replaces an outcome),
+        // and the caller keeps the node alive (a guard or an `Arc` count).
+        (c & TAGS == OUTCOME).then(|| unsafe { &*((c & !TAGS) as *const Outcome<V>) })
     }
 }
 
@@ -237,18 +291,15 @@ impl<K, V> Drop for Node<K, V> {
     fn drop(&mut self) {
         // Relaxed: `&mut self`: nobody else can reach the node.
         let c = self.value.load(Ordering::Relaxed);
-        if c & FORWARD != 0 {
-            // SAFETY: the cell's strong count of the node it forwards to.
-            drop(unsafe { Arc::from_raw((c & !FORWARD) as *const Node<K, V>) });
-        } else if c != 0 {
+        let p = c & !TAGS;
+        match c & TAGS {
             // SAFETY: the cell's count of its value.
-            drop(unsafe { Arc::from_raw(c as *const V) });
-        }
-        // Relaxed: `&mut self`.
-        let o = self.outcome.load(Ordering::Relaxed);
-        if !o.is_null() {
-            // SAFETY: created by `Box::into_raw` in `set_outcome`, dropped once here.
-            drop(unsafe { Box::from_raw(o) });
+            0 if c != 0 => drop(unsafe { Arc::from_raw(c as *const V) }),
+            // SAFETY: the cell's strong count of the node it forwards to.
+            FORWARD => drop(unsafe { Arc::from_raw(p as *const Node<K, V>) }),
+            // SAFETY: created by `Box::into_raw` in `set_outcome`, owned by the cell.
+            OUTCOME => drop(unsafe { Box::from_raw(p as *mut Outcome<V>) }),
+            _ => {}
         }
     }
 }
@@ -258,7 +309,7 @@ impl<K, V> Drop for Node<K, V> {
 fn forward_of<'a, K, V>(cell: usize) -> Option<&'a Node<K, V>> {
     // SAFETY: a forwarding cell holds a strong count of its target, so the target lives as
     // long as the node whose cell was read, which the caller keeps alive for `'a`.
-    (cell & FORWARD != 0).then(|| unsafe { &*((cell & !FORWARD) as *const Node<K, V>) })
+    (cell & TAGS == FORWARD).then(|| unsafe { &*((cell & !TAGS) as *const Node<K, V>) })
 }
 
 /// The word a cell holds to forward to `node` (taking a strong count of it for the cell).
@@ -268,8 +319,8 @@ pub(crate) fn forward_to<K, V>(node: Arc<Node<K, V>>) -> usize {
 
 /// The node pointer inside a forwarding word made by [`forward_to`].
 pub(crate) fn unforward<K, V>(word: usize) -> *const Node<K, V> {
-    debug_assert_eq!(word & FORWARD, FORWARD);
-    (word & !FORWARD) as *const Node<K, V>
+    debug_assert_eq!(word & TAGS, FORWARD);
+    (word & !TAGS) as *const Node<K, V>
 }
 
 /// The value a cell word holds, if it holds one.
@@ -277,7 +328,7 @@ pub(crate) fn unforward<K, V>(word: usize) -> *const Node<K, V> {
 pub(crate) fn value_of<'a, V>(cell: usize) -> Option<&'a V> {
     // SAFETY: a value pointer from `Arc::into_raw`; the caller keeps it alive for `'a` (a
     // guard under which the cell was read, I6).
-    (cell != 0 && cell & FORWARD == 0).then(|| unsafe { &*(cell as *const V) })
+    (cell != 0 && cell & TAGS == 0).then(|| unsafe { &*(cell as *const V) })
 }
 
 /// A new `Arc` of a value borrowed from a cell.
@@ -306,6 +357,10 @@ pub(crate) fn hold<K, V>(node: &Node<K, V>) -> Arc<Node<K, V>> {
 impl<K, V> crate::policy::Queued for Arc<Node<K, V>> {
     fn meta(&self) -> &EntryMeta {
         &self.meta
+    }
+
+    fn weight(&self) -> u64 {
+        Node::weight(self)
     }
 
     fn hash(&self) -> u64 {

@@ -14,11 +14,11 @@
 //!
 //! `WAITERS` is an independent bit that is set only while the state is `LOADING`.
 
-use crate::sync::{wait, wake_all, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{wait, wake_all, AtomicU32, Ordering};
 
 /// Bit set by a caller that is about to park on a `LOADING` slot.
 pub(crate) const WAITERS: u32 = 1;
-/// The value is being built by the thread recorded in `builder`.
+/// The value is being built (the node's value cell records by which thread).
 pub(crate) const LOADING: u32 = 0;
 /// The value is published in the node's value cell.
 pub(crate) const READY: u32 = 2;
@@ -27,23 +27,18 @@ pub(crate) const DEAD: u32 = 4;
 
 pub(crate) struct Slot {
     state: AtomicU32,
-    /// Token of the thread that builds a `LOADING` slot (0 for slots created `READY`), used to
-    /// turn same-thread recursion into a clear panic instead of a deadlock.
-    builder: AtomicU64,
 }
 
 impl Slot {
-    pub(crate) fn loading(builder: u64) -> Self {
+    pub(crate) fn loading() -> Self {
         Self {
             state: AtomicU32::new(LOADING),
-            builder: AtomicU64::new(builder),
         }
     }
 
     pub(crate) fn ready() -> Self {
         Self {
             state: AtomicU32::new(READY),
-            builder: AtomicU64::new(0),
         }
     }
 
@@ -53,12 +48,6 @@ impl Slot {
         // Acquire: pairs with the Release swap in `finish`, so a caller that sees `READY` or
         // `DEAD` also sees the value or outcome written before it.
         self.state.load(Ordering::Acquire) & !WAITERS
-    }
-
-    /// The token of the building thread.
-    pub(crate) fn builder(&self) -> u64 {
-        // Relaxed: written once before the node is published (the publishing CAS is Release).
-        self.builder.load(Ordering::Relaxed)
     }
 
     /// Ends the build: moves `LOADING` to `to` (`READY` or `DEAD`) and wakes any parked caller.
