@@ -526,10 +526,9 @@ where
                     node: current,
                     value: old,
                 } => {
-                    let cell = current.cell();
-                    if value_of::<V>(cell).map(|v| v as *const V) != Some(old as *const V) {
-                        continue;
-                    }
+                    // A value cell's word is the value's `Arc::into_raw` pointer; if the cell
+                    // has changed since `view` read it, the CAS below fails and we retry.
+                    let cell = old as *const V as usize;
                     let shared = weight.min(current.acquired_weight());
                     if !self.reserve(weight - shared, pin.stats) {
                         return Err(self.refuse(&pin, key, value, weight));
