@@ -52,6 +52,9 @@ pub struct RuncacheArc(pub runcache::Cache<u64, u64>);
 pub struct RuncachePinned(pub runcache::Cache<u64, u64>);
 /// papaya's `pin().get` (it has no `Arc` get).
 pub struct Papaya(pub papaya::HashMap<u64, u64, Hasher>);
+/// papaya's `pin().get` over values stored as `Arc<u64>`, as runcache stores them: the same
+/// lookup as [`Papaya`] plus the dereference of the value's own allocation.
+pub struct PapayaArc(pub papaya::HashMap<u64, Arc<u64>, Hasher>);
 /// quick_cache's `get` (clones the `Arc`).
 pub struct QuickCache(pub quick_cache::sync::Cache<u64, Arc<u64>>);
 /// moka's `get` (clones the `Arc`).
@@ -114,6 +117,24 @@ impl Subject for Papaya {
     }
 }
 
+impl Subject for PapayaArc {
+    fn get(&self, k: u64) -> bool {
+        self.0.pin().get(&k).is_some_and(|v| **v == k)
+    }
+    fn insert(&self, k: u64, v: u64) {
+        self.0.pin().insert(k, Arc::new(v));
+    }
+    fn remove(&self, k: u64) {
+        self.0.pin().remove(&k);
+    }
+    fn get_batch(&self, keys: &[u64]) -> u64 {
+        let pinned = self.0.pin();
+        keys.iter()
+            .map(|k| u64::from(pinned.get(k).is_some_and(|v| **v == *k)))
+            .sum()
+    }
+}
+
 impl Subject for QuickCache {
     fn get(&self, k: u64) -> bool {
         self.0.get(&k).is_some_and(|v| *v == k)
@@ -172,6 +193,7 @@ pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
         "runcache" => Box::new(RuncacheArc(runcache_with(capacity))),
         "runcache-pinned" => Box::new(RuncachePinned(runcache_with(capacity))),
         "papaya" => Box::new(Papaya(papaya::HashMap::with_hasher(Hasher::default()))),
+        "papaya-arc" => Box::new(PapayaArc(papaya::HashMap::with_hasher(Hasher::default()))),
         "quick_cache" => Box::new(QuickCache(quick_cache::sync::Cache::new(capacity as usize))),
         "moka" => Box::new(Moka(
             moka::sync::Cache::builder()
@@ -344,6 +366,13 @@ pub fn on_threads(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) 
 pub fn get_batch_unsync(map: &HashMap<u64, u64, Hasher>, keys: &[u64]) -> u64 {
     keys.iter()
         .map(|k| u64::from(map.get(k).is_some_and(|v| v == k)))
+        .sum()
+}
+
+/// The unsynchronized lookup over values stored as `Arc<u64>`.
+pub fn get_batch_unsync_arc(map: &HashMap<u64, Arc<u64>, Hasher>, keys: &[u64]) -> u64 {
+    keys.iter()
+        .map(|k| u64::from(map.get(k).is_some_and(|v| **v == *k)))
         .sum()
 }
 
