@@ -133,8 +133,7 @@ fn hits(scale: &Scale, rows: &mut Vec<Row>) {
                 }
                 t0.elapsed()
             });
-            let map: HashMap<u64, Arc<u64>, Hasher> =
-                (0..keys).map(|k| (k, Arc::new(k))).collect();
+            let map: HashMap<u64, Arc<u64>, Hasher> = (0..keys).map(|k| (k, Arc::new(k))).collect();
             let unsync_arc = best_mops(scale.hits, || {
                 let t0 = Instant::now();
                 let mut at = 0;

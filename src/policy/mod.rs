@@ -39,6 +39,8 @@ const MAX_FREQ: u8 = 3;
 const MAX_HITS: u8 = 15;
 /// The small queue's share of the capacity: one part in `WINDOW`.
 const WINDOW: u64 = 10;
+/// The meta byte of an entry whose frequency and hit count are both at their maxima.
+const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
 /// Hits in the small queue that move an entry to the main queue without a duel.
 const PROMOTE_HITS: u8 = 2;
 
@@ -64,6 +66,9 @@ impl EntryMeta {
         // Relaxed: a frequency hint; a lost update (a hit racing the evictor's `fetch_and`,
         // say) only costs precision.
         let b = self.freq.load(Ordering::Relaxed);
+        if b == SATURATED {
+            return;
+        }
         let (f, h) = (b & 3, b >> 2);
         let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2;
         if next != b {
