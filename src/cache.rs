@@ -82,7 +82,8 @@ pub enum RemovalCause {
     Cleared,
 }
 
-/// Counters of a cache's activity; exact once no operation is in flight.
+/// Counters of a cache's activity; exact once no operation is in flight and no [`Pinned`]
+/// handle is alive (a `Pinned` handle adds its lookups' hits and misses when it drops).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -573,7 +574,8 @@ where
 ///
 /// While a `Pinned` lives, memory of entries removed by any thread is not freed (it is freed
 /// after the last pin of that time is dropped), so keep it for a run of reads, not forever.
-/// It cannot leave its thread.
+/// Its lookups reach [`Cache::stats`] when it drops, all at once, so that a run of pinned
+/// reads writes no counter per read. It cannot leave its thread.
 #[must_use = "dropping a Pinned unpins at once"]
 pub struct Pinned<'c, K, V, S = DefaultHashBuilder> {
     raw: &'c RawCache<K, V, S>,

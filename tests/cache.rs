@@ -443,6 +443,23 @@ fn stats_count_hits_and_misses_exactly_across_threads() {
 }
 
 #[test]
+fn pinned_lookups_reach_the_stats_when_the_handle_drops() {
+    let c = Cache::<u64, u64>::new(100);
+    c.insert(1, 1).unwrap();
+    let pinned = c.pin();
+    for _ in 0..10 {
+        assert_eq!(pinned.get(&1), Some(&1));
+        assert!(pinned.get(&2).is_none());
+    }
+    assert!(pinned.contains_key(&1));
+    drop(pinned);
+    // Ten hits and ten misses from `get`, one hit from `contains_key`, and the Arc path's own.
+    assert!(c.get(&1).is_some());
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses), (12, 10));
+}
+
+#[test]
 fn many_caches_per_thread_stay_isolated() {
     let caches: Vec<Cache<u32, u32>> = (0..20).map(|_| Cache::new(10)).collect();
     for (i, c) in caches.iter().enumerate() {

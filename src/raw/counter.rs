@@ -141,14 +141,20 @@ pub(crate) struct StatsBlock {
 impl StatsBlock {
     #[inline]
     pub(crate) fn bump(&self, counter: Counter) {
+        self.bump_by(counter, 1);
+    }
+
+    /// Adds `n` to a counter, as cheaply as the block's ownership allows.
+    #[inline]
+    pub(crate) fn bump_by(&self, counter: Counter, n: u64) {
         let c = &self.counts[counter as usize];
         if self.owned {
             // Relaxed: a statistic; the owning thread is the only writer of this block, so
             // the load-and-store loses nothing and is cheaper than a locked add.
-            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
         } else {
             // Relaxed: a statistic shared by threads that could not use their own block.
-            c.fetch_add(1, Ordering::Relaxed);
+            c.fetch_add(n, Ordering::Relaxed);
         }
     }
 }

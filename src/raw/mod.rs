@@ -67,6 +67,7 @@ use node::{forward_to, hold, value_of, Node, Outcome, View};
 use slot::{DEAD, READY};
 use std::any::Any;
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use table::Shard;
@@ -93,6 +94,30 @@ pub(crate) enum Served<V, E> {
 pub(crate) struct Pin<'c> {
     pub(crate) guard: Guard,
     pub(crate) stats: &'c StatsBlock,
+    /// Hits and misses of `get` under this pin, added to `stats` when it drops: a batch of
+    /// pinned lookups writes its counters once, not once per lookup.
+    lookups: Cell<(u64, u64)>,
+}
+
+impl Pin<'_> {
+    /// Counts one lookup (see `lookups`).
+    #[inline]
+    fn looked_up(&self, hit: bool) {
+        let (h, m) = self.lookups.get();
+        self.lookups.set((h + u64::from(hit), m + u64::from(!hit)));
+    }
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        let (hits, misses) = self.lookups.get();
+        if hits > 0 {
+            self.stats.bump_by(Counter::Hit, hits);
+        }
+        if misses > 0 {
+            self.stats.bump_by(Counter::Miss, misses);
+        }
+    }
 }
 
 /// Why an `insert` was refused.
@@ -161,7 +186,11 @@ where
     #[inline]
     pub(crate) fn pin(&self) -> Pin<'_> {
         let (guard, stats) = self.domain.pin();
-        Pin { guard, stats }
+        Pin {
+            guard,
+            stats,
+            lookups: Cell::new((0, 0)),
+        }
     }
 
     /// See [`Domain::reclaim`].
@@ -273,11 +302,7 @@ where
                 }
                 _ => None,
             });
-        pin.stats.bump(if found.is_some() {
-            Counter::Hit
-        } else {
-            Counter::Miss
-        });
+        pin.looked_up(found.is_some());
         found
     }
 
