@@ -25,7 +25,7 @@ mod imp {
     pub(crate) use std::sync::atomic::{
         AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
     };
-    pub(crate) use std::thread::{self as thread, yield_now};
+    pub(crate) use std::thread::{self as thread, yield_now, LocalKey};
 
     /// Declares a thread-local (std's here, loom's in the model).
     macro_rules! local_key {
@@ -123,7 +123,7 @@ mod imp {
         AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
     };
     use loom::sync::Mutex;
-    pub(crate) use loom::thread::{self as thread, yield_now};
+    pub(crate) use loom::thread::{self as thread, yield_now, LocalKey};
 
     /// Declares a thread-local that loom gives each modelled thread its own copy of.
     macro_rules! local_key {

@@ -29,9 +29,10 @@
 
 mod sketch;
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use crossbeam_queue::SegQueue;
 use sketch::Sketch;
+use std::cell::Cell;
 
 /// The highest frequency an entry records.
 const MAX_FREQ: u8 = 3;
@@ -95,6 +96,25 @@ impl EntryMeta {
     }
 }
 
+crate::sync::local_key! {
+    /// The calling thread's admissions, modulo the compaction check's pace.
+    static ADMITS: Cell<u32> = Cell::new(0);
+}
+
+/// Counts one event on the calling thread's `counter`; `true` once every `every` events.
+/// Pacing per thread keeps a shared counter's read-modify-write off every miss; a thread that
+/// cannot read its counter (during teardown) always says `true`, which only checks sooner.
+pub(crate) fn tick(counter: &'static crate::sync::LocalKey<Cell<u32>>, every: u32) -> bool {
+    counter
+        .try_with(|c| {
+            let n = c.get() + 1;
+            let due = n >= every;
+            c.set(if due { 0 } else { n });
+            due
+        })
+        .unwrap_or(true)
+}
+
 /// What the policy needs to know about a queued entry.
 pub(crate) trait Queued {
     fn meta(&self) -> &EntryMeta;
@@ -119,7 +139,6 @@ pub(crate) struct S3Fifo<T> {
     small_weight: AtomicU64,
     main_weight: AtomicU64,
     ghost: Box<[AtomicU64]>,
-    admitted: AtomicUsize,
     compacting: AtomicBool,
 }
 
@@ -135,7 +154,6 @@ impl<T: Queued> S3Fifo<T> {
             small_weight: AtomicU64::new(0),
             main_weight: AtomicU64::new(0),
             ghost: (0..ghost).map(|_| AtomicU64::new(0)).collect(),
-            admitted: AtomicUsize::new(0),
             compacting: AtomicBool::new(false),
         }
     }
@@ -158,7 +176,7 @@ impl<T: Queued> S3Fifo<T> {
         meta.freq.store(u8::from(remembered), Ordering::Relaxed);
         push(&self.small, &self.small_weight, entry);
         // Relaxed: only paces the compaction check.
-        if self.admitted.fetch_add(1, Ordering::Relaxed) % 64 == 63 {
+        if tick(&ADMITS, 64) {
             self.compact_if_needed(live());
         }
     }

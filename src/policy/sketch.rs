@@ -22,6 +22,17 @@ const SEEDS: [u64; 4] = [
     0xD6E8_FEB8_6659_FD93,
 ];
 
+/// Additions a thread makes before it adds them to the shared count. The per-thread count is
+/// shared by every sketch the thread adds to, so a batch is credited to the sketch whose
+/// addition completes it: each addition still counts once in expectation, and the halving
+/// keeps its pace without a shared read-modify-write per addition.
+const BATCH: usize = 16;
+
+crate::sync::local_key! {
+    /// The calling thread's additions not yet in any sketch's shared count.
+    static ADDS: std::cell::Cell<u32> = std::cell::Cell::new(0);
+}
+
 pub(crate) struct Sketch {
     words: Box<[AtomicU64]>,
     /// Additions since the last halving.
@@ -71,9 +82,13 @@ impl Sketch {
                 (c < MAX).then(|| w + (((c + n).min(MAX) - c) << shift))
             });
         }
-        // Relaxed: only paces the halving.
-        if self.added.fetch_add(1, Ordering::Relaxed) + 1 == self.period {
-            self.halve();
+        // Each thread adds its additions to the shared count `BATCH` at a time. Relaxed: only
+        // paces the halving.
+        if super::tick(&ADDS, BATCH as u32) {
+            let before = self.added.fetch_add(BATCH, Ordering::Relaxed);
+            if before < self.period && before + BATCH >= self.period {
+                self.halve();
+            }
         }
     }
 
@@ -117,8 +132,9 @@ mod tests {
         assert_eq!(s.estimate(42), MAX, "counters saturate");
         // Nothing else was added, so no other key shares all four counters.
         assert!(s.estimate(7) <= 1);
-        // Reaching the period halves everything.
-        for k in 0..(s.period as u64) {
+        // Reaching the period halves everything (additions reach the shared count in batches,
+        // so one more batch makes sure it is crossed).
+        for k in 0..(s.period + BATCH) as u64 {
             s.add(1_000_000 + k, 1);
         }
         assert!(s.estimate(42) <= 8, "halved: {}", s.estimate(42));
