@@ -218,36 +218,66 @@ where
 
     /// Reserves `weight`; when it does not fit and the cache evicts, evicts by policy until
     /// it does. An entry heavier than the whole capacity is refused without evicting anything.
+    ///
+    /// A victim's weight passes straight to the newcomer, as much of it as the newcomer still
+    /// needs: it never leaves the weighted size, so the size stays within the capacity, and an
+    /// eviction that makes room for an entry of the same weight writes the budget not at all
+    /// (rather than a release and a reservation, two compare-and-swaps on the cache's most
+    /// contended word).
     fn reserve(&self, weight: u64, stats: &StatsBlock) -> bool {
+        // Weight taken over from victims so far; it counts in the size like a reservation.
+        let mut held = 0;
         loop {
-            if self.budget.try_reserve(weight) {
+            // (A weight of 0 still asks the budget, which refuses everything at capacity 0.)
+            if (held > 0 && held == weight) || self.budget.try_reserve(weight - held) {
                 return true;
             }
             let Some(policy) = &self.policy else {
                 return false;
             };
             let capacity = self.budget.capacity();
-            if capacity == 0 || weight > capacity || !self.evict_one(policy, capacity) {
-                return false;
+            let kept = if capacity == 0 || weight > capacity {
+                None
+            } else {
+                self.evict_one(policy, capacity, weight - held)
+            };
+            match kept {
+                Some(kept) => {
+                    held += kept;
+                    stats.bump(Counter::Eviction);
+                }
+                None => {
+                    self.budget.release(held);
+                    return false;
+                }
             }
-            stats.bump(Counter::Eviction);
         }
     }
 
-    /// Evicts the policy's next victim; `false` when nothing is left to evict (every entry is
-    /// being built, say).
-    fn evict_one(&self, policy: &S3Fifo<Arc<Node<K, V>>>, capacity: u64) -> bool {
+    /// Evicts the policy's next victim, keeping up to `keep` of its weight reserved for the
+    /// caller (the rest is released); returns the weight kept, or `None` when nothing is left
+    /// to evict (every entry is being built, say).
+    fn evict_one(&self, policy: &S3Fifo<Arc<Node<K, V>>>, capacity: u64, keep: u64) -> Option<u64> {
         let pin = self.pin();
         while let Some(node) = policy.victim(capacity) {
             let shard = self.shard(node.hash);
+            let kept = keep.min(node.weight());
             if self
-                .take(&node, shard, &pin.guard, RemovalCause::Capacity)
+                .take_if(
+                    &node,
+                    shard,
+                    &pin.guard,
+                    RemovalCause::Capacity,
+                    false,
+                    kept,
+                    |_| true,
+                )
                 .is_some()
             {
-                return true;
+                return Some(kept);
             }
         }
-        false
+        None
     }
 
     /// Hands a node whose value was just published to the policy.
@@ -683,11 +713,13 @@ where
         guard: &Guard,
         cause: RemovalCause,
     ) -> Option<Arc<V>> {
-        self.take_if(node, shard, guard, cause, false, |_| true)
+        self.take_if(node, shard, guard, cause, false, 0, |_| true)
     }
 
     /// [`take`](Self::take), only if `pred` accepts the value cached at that moment; with
-    /// `follow`, a replaced node's replacement is taken instead (a removal by key).
+    /// `follow`, a replaced node's replacement is taken instead (a removal by key). `kept`
+    /// (at most the node's weight) stays reserved for the caller instead of being released.
+    #[allow(clippy::too_many_arguments)]
     fn take_if(
         &self,
         node: &Node<K, V>,
@@ -695,6 +727,7 @@ where
         guard: &Guard,
         cause: RemovalCause,
         follow: bool,
+        kept: u64,
         pred: impl Fn(&Arc<V>) -> bool,
     ) -> Option<Arc<V>> {
         let mut node = node;
@@ -724,7 +757,7 @@ where
         // Relaxed: a size statistic.
         shard.live.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: our CAS took the value out of the cell.
-        let value = unsafe { self.retire_value(node, cell, 0, guard) };
+        let value = unsafe { self.retire_value(node, cell, kept, guard) };
         self.notify(node.key(), &value, cause);
         Some(value)
     }
@@ -739,7 +772,15 @@ where
         let shard = self.shard(hash);
         let pin = self.pin();
         let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
-        let removed = self.take_if(node, shard, &pin.guard, RemovalCause::Removed, true, pred);
+        let removed = self.take_if(
+            node,
+            shard,
+            &pin.guard,
+            RemovalCause::Removed,
+            true,
+            0,
+            pred,
+        );
         if removed.is_some() {
             unlink_dead(node.resolve(), shard, &pin.guard);
             pin.stats.bump(Counter::Removal);
@@ -771,7 +812,7 @@ where
                 go = more();
                 if go
                     && self
-                        .take_if(node, shard, &pin.guard, cause, true, |_| true)
+                        .take_if(node, shard, &pin.guard, cause, true, 0, |_| true)
                         .is_some()
                 {
                     removed += 1;
@@ -795,7 +836,7 @@ where
         self.shrink(capacity, |target| match &self.policy {
             Some(policy) => {
                 let mut n = 0;
-                while self.budget.size() > target && self.evict_one(policy, target) {
+                while self.budget.size() > target && self.evict_one(policy, target, 0).is_some() {
                     n += 1;
                 }
                 n
