@@ -38,8 +38,19 @@ use std::cell::Cell;
 const MAX_FREQ: u8 = 3;
 /// The most hits an entry counts between two visits of the policy (4 bits).
 const MAX_HITS: u8 = 15;
-/// The small queue's share of the capacity: one part in `WINDOW`.
+/// The small queue's share of the capacity: one part in `WINDOW`...
 const WINDOW: u64 = 10;
+/// ...but at least `WINDOW_FLOOR` (entries, in a cache without a weigher), or a quarter of
+/// the capacity where that is less: a tenth of a small cache holds too few entries to catch
+/// the re-references a few hundred accesses apart that small caches live on.
+const WINDOW_FLOOR: u64 = 256;
+
+/// The small queue's part of `capacity`.
+fn window(capacity: u64) -> u64 {
+    (capacity / WINDOW)
+        .max((capacity / 4).min(WINDOW_FLOOR))
+        .max(1)
+}
 /// The meta byte of an entry whose frequency and hit count are both at their maxima.
 const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
 /// Hits in the small queue that move an entry to the main queue without a duel.
@@ -227,7 +238,7 @@ impl<T: Queued> S3Fifo<T> {
         // Every entry can be passed over at most MAX_FREQ + 1 times before it is evicted, so
         // this bound only stops a pass that other threads keep refilling.
         let bound = 4 * (self.small.len() + self.main.len() + self.front.len()) + 16;
-        let window = (capacity / WINDOW).max(1);
+        let window = window(capacity);
         for _ in 0..bound {
             // The main queue gives up entries only beyond its share of the capacity. (Asking
             // "is the small queue over its share?" instead is the same question while the
@@ -492,9 +503,11 @@ mod tests {
 
     #[test]
     fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
-        // Nine main entries fill the main queue's share of capacity 10.
-        let p = full(0..9, 100..102);
-        assert_eq!(p.main.len(), 9);
+        // Eight main entries fill the main queue's share of capacity 10 (the window is a
+        // quarter of so small a capacity: 2).
+        assert_eq!(window(10), 2);
+        let p = full(0..8, 100..102);
+        assert_eq!(p.main.len(), 8);
         // Entry 100 leaves the small queue with one access against victim 0's two (its miss
         // and its hit): the incumbent wins and stays at the head.
         let v = p.victim(10).unwrap();
@@ -511,12 +524,12 @@ mod tests {
             v.hash, 0,
             "the more frequent leaver displaces the main victim"
         );
-        assert_eq!((p.front.len(), p.main.len()), (0, 9));
+        assert_eq!((p.front.len(), p.main.len()), (0, 8));
     }
 
     #[test]
     fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
-        let p = full(0..9, 100..101);
+        let p = full(0..8, 100..101);
         let e = entry(101);
         p.admit(e.clone(), || 1);
         e.meta.touch();
@@ -526,7 +539,7 @@ mod tests {
         // the main queue although victim 0 is far more frequent, and 0 is evicted for it.
         assert_eq!(p.victim(10).unwrap().hash, 100);
         assert_eq!(p.victim(10).unwrap().hash, 0);
-        assert!(p.main.len() + p.front.len() == 9);
+        assert!(p.main.len() + p.front.len() == 8);
     }
 
     #[test]
@@ -542,6 +555,16 @@ mod tests {
         let v = p.victim(1).unwrap();
         assert_eq!(v.hash, 7);
         assert!(p.victim(1).is_none());
+    }
+
+    #[test]
+    fn the_window_is_a_tenth_of_large_caches_and_at_least_a_floor_in_small_ones() {
+        assert_eq!(window(100_000), 10_000);
+        assert_eq!(window(2_560), 256, "where a tenth meets the floor");
+        assert_eq!(window(1_000), 250, "a quarter, under the floor");
+        assert_eq!(window(2_000), 256);
+        assert_eq!(window(3), 1);
+        assert_eq!(window(u64::MAX), u64::MAX / 10);
     }
 
     #[test]
