@@ -1,7 +1,8 @@
 //! Eviction: S3-FIFO over lock-free queues, with TinyLFU's admission duel.
 //!
 //! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries (10% of the capacity,
-//! and at least 256 entries or a quarter of a smaller cache), a main FIFO for entries that proved themselves, and a ghost record of evicted hashes.
+//! and at least 256 entries or a quarter of a smaller cache), a main FIFO for entries that
+//! proved themselves, and a ghost record of evicted hashes.
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
 //! is full, whether a newcomer deserves the place of the main queue's victim.
 //!
