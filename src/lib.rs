@@ -101,8 +101,9 @@
 //! # Consistency
 //!
 //! Every operation on one key is linearizable. `len`, `weighted_size` and `stats` are sums of
-//! atomics: exact once the cache is quiet, approximate while operations are in flight.
-//! `clear` and capacity shrinks do not touch entries whose build is in flight.
+//! atomics: exact once the cache is quiet, approximate while operations are in flight. A
+//! [`Pinned`] handle adds its lookups to `stats` when it drops, so "quiet" includes having no
+//! `Pinned` alive. `clear` and capacity shrinks do not touch entries whose build is in flight.
 //!
 //! # Features
 //!
