@@ -159,14 +159,6 @@ impl StatsBlock {
     }
 }
 
-impl StatsBlock {
-    /// Adds `n` to a counter (rare paths only).
-    pub(crate) fn add(&self, counter: Counter, n: u64) {
-        // Relaxed: a statistic; fetch_add is exact whoever owns the block.
-        self.counts[counter as usize].fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 /// The append-only list of every thread's block, owned by one cache.
 pub(crate) struct StatsRegistry {
     head: AtomicPtr<CachePadded<StatsBlock>>,

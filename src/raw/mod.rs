@@ -884,14 +884,14 @@ where
         let stats = self.pin().stats;
         self.budget.set_capacity(capacity, || {
             let n = evict(capacity);
-            stats.add(Counter::Eviction, n as u64);
+            stats.bump_by(Counter::Eviction, n as u64);
             n > 0
         });
         if capacity == 0 {
             // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
             // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
             let n = self.remove_while(RemovalCause::Capacity, || true);
-            stats.add(Counter::Eviction, n as u64);
+            stats.bump_by(Counter::Eviction, n as u64);
         }
     }
 
