@@ -687,3 +687,52 @@ fn shrinking_an_evicting_cache_evicts_in_policy_order_not_a_flush() {
     c.set_capacity(200);
     assert_eq!(c.len(), 50, "growing keeps everything");
 }
+
+/// A hasher whose hashes share their slot-index bits and fall in a few tag classes, and
+/// some of which collide completely: probes must tell keys apart by the key itself.
+#[derive(Default, Clone)]
+struct Crowded(u64);
+
+impl std::hash::Hasher for Crowded {
+    fn finish(&self) -> u64 {
+        let k = self.0;
+        // Low bits: 4 values (crowded probes). Bits 32–47: 3 classes. Keys 0..8 of each
+        // class of 64 collide completely.
+        (k % 4) | ((k % 3) << 32) | if k % 64 < 8 { 0 } else { k << 48 }
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+#[test]
+fn keys_whose_hashes_crowd_or_collide_stay_distinct_through_growth() {
+    let c: Cache<u64, u64, std::hash::BuildHasherDefault<Crowded>> = Cache::builder()
+        .capacity(10_000)
+        .shards(2)
+        .hasher(Default::default())
+        .build()
+        .unwrap();
+    for k in 0..600 {
+        assert_eq!(c.insert(k, k * 10).unwrap(), None, "key {k}");
+    }
+    assert!(c.__migrations() > 0, "the table grew through migrations");
+    for k in 0..600 {
+        assert_eq!(c.get(&k).as_deref(), Some(&(k * 10)), "key {k}");
+    }
+    assert!(c.get(&600).is_none() && c.get(&(1 << 40)).is_none());
+    for k in (0..600).step_by(3) {
+        assert_eq!(c.remove(&k).as_deref(), Some(&(k * 10)), "key {k}");
+    }
+    for k in 0..600 {
+        let expect = (k % 3 != 0).then_some(k * 10);
+        assert_eq!(c.pin().get(&k).copied(), expect, "key {k}");
+    }
+    assert_eq!(c.len(), 400);
+    c.__validate().unwrap();
+}

@@ -54,6 +54,7 @@ pub(crate) mod table;
 pub(crate) mod typemap;
 #[cfg(feature = "vulkan")]
 pub(crate) mod vulkan;
+pub(crate) mod word;
 
 use crate::policy::S3Fifo;
 use crate::sync::Ordering;

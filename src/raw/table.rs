@@ -3,7 +3,9 @@
 //!
 //! # Slots
 //!
-//! A slot is a tagged pointer. Its states, and the only transitions between them:
+//! A slot is a tagged pointer ([`Word`]: three state bits below the address, and where the
+//! target allows, a hash tag above it that lets probes pass other keys' slots without
+//! loading their nodes). Its states, and the only transitions between them:
 //!
 //! ```text
 //!   EMPTY ──claim──▶ node(K) ──replace a dead node, or swing a replaced one──▶ node'(K)
@@ -48,6 +50,7 @@
 //! there are at most two tables in flight.
 
 use super::node::Node;
+use super::word::{hash_tag, SlotWord, Word, HASH_TAGS};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::sync::Arc;
@@ -80,7 +83,7 @@ const MIGRATING: u64 = 1 << 63;
 
 struct Table<K, V> {
     mask: usize,
-    slots: Box<[Atomic<Node<K, V>>]>,
+    slots: Box<[SlotWord<Node<K, V>>]>,
     /// Claims, claims in flight and the `MIGRATING` bit, in one word (**H4**).
     used: AtomicU64,
     /// The table this one migrates into; null until migration starts.
@@ -96,7 +99,7 @@ impl<K, V> Table<K, V> {
         debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
         Self {
             mask: slots - 1,
-            slots: (0..slots).map(|_| Atomic::null()).collect(),
+            slots: (0..slots).map(|_| SlotWord::null()).collect(),
             used: AtomicU64::new(0),
             next: Atomic::null(),
             claimed: AtomicUsize::new(0),
@@ -111,7 +114,7 @@ impl<K, V> Table<K, V> {
 
     /// Slot `i & mask` (the hit path's access, without a bounds check).
     #[inline]
-    fn slot(&self, i: usize) -> &Atomic<Node<K, V>> {
+    fn slot(&self, i: usize) -> &SlotWord<Node<K, V>> {
         let i = i & self.mask;
         debug_assert!(i < self.slots.len());
         // SAFETY: `slots` has `mask + 1` elements, and `i & mask <= mask`.
@@ -176,7 +179,9 @@ impl<K, V> Drop for Table<K, V> {
 pub(crate) struct Position<'g, K, V> {
     table: &'g Table<K, V>,
     index: usize,
-    current: Shared<'g, Node<K, V>>,
+    /// The key's hash, for the slot word's tag.
+    hash: u64,
+    current: Word<'g, Node<K, V>>,
     pub(crate) found: Option<&'g Node<K, V>>,
 }
 
@@ -239,6 +244,7 @@ impl<K: Eq, V> Shard<K, V> {
         eq: impl Fn(&K) -> bool,
         guard: &'g Guard,
     ) -> Option<&'g Node<K, V>> {
+        let tag = hash_tag(hash);
         let mut table = self.root(guard);
         'tables: loop {
             let mut i = hash as usize & table.mask;
@@ -254,7 +260,10 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                     None if s.tag() == 0 => return None,
                     None => {}
-                    Some(n) if n.hash == hash && eq(n.key()) => {
+                    // The tag first: a slot of another key is passed without loading its
+                    // node. Where the tag is on, it stands in for the node's hash: a match
+                    // goes straight to the key.
+                    Some(n) if s.may_hold(tag) && (HASH_TAGS || n.hash == hash) && eq(n.key()) => {
                         if s.tag() & MOVED != 0 {
                             table = table.next(guard)?;
                             continue 'tables;
@@ -278,6 +287,7 @@ impl<K: Eq, V> Shard<K, V> {
         eq: impl Fn(&K) -> bool,
         guard: &'g Guard,
     ) -> Position<'g, K, V> {
+        let tag = hash_tag(hash);
         let mut table = self.root(guard);
         if let Some(next) = table.next(guard) {
             self.help(table, next, guard);
@@ -312,12 +322,13 @@ impl<K: Eq, V> Shard<K, V> {
                         return Position {
                             table,
                             index: i,
+                            hash,
                             current: s,
                             found: None,
                         };
                     }
                     None => {}
-                    Some(n) if n.hash == hash && eq(n.key()) => {
+                    Some(n) if s.may_hold(tag) && n.hash == hash && eq(n.key()) => {
                         // Frozen or moved after we read `next`: it is set now. Either way the
                         // key's slot is moved before we look at `next` (H2): its copy may not
                         // have landed yet.
@@ -341,6 +352,7 @@ impl<K: Eq, V> Shard<K, V> {
                         return Position {
                             table,
                             index: i,
+                            hash,
                             current: s,
                             found: n.is_live(guard).then_some(n),
                         };
@@ -384,7 +396,7 @@ impl<K: Eq, V> Shard<K, V> {
         let landed = table.slots[pos.index]
             .compare_exchange(
                 pos.current,
-                Shared::from(node),
+                Word::node(node, pos.hash),
                 Ordering::Release,
                 Ordering::Relaxed,
                 guard,
@@ -427,7 +439,7 @@ impl<K: Eq, V> Shard<K, V> {
                             if table.slots[i]
                                 .compare_exchange(
                                     s,
-                                    Shared::null().with_tag(TOMB),
+                                    Word::null().with_tag(TOMB),
                                     Ordering::Relaxed,
                                     Ordering::Relaxed,
                                     guard,
@@ -596,7 +608,7 @@ impl<K: Eq, V> Shard<K, V> {
             match slot.compare_exchange(s, target, Ordering::AcqRel, Ordering::Acquire, guard) {
                 Ok(_) if target.tag() & MOVED != 0 => return true,
                 Ok(_) => s = target,
-                Err(e) => s = e.current,
+                Err(current) => s = current,
             }
         }
     }
@@ -686,6 +698,7 @@ impl<K: Eq, V> Shard<K, V> {
 /// Copies a frozen live node into `next` unless its key is bound there already (a helper
 /// copied it first, or it was copied and a writer changed that slot since).
 fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
+    let tag = hash_tag(node.hash);
     let mut i = node.hash as usize & next.mask;
     for _ in 0..=next.mask {
         let slot = &next.slots[i];
@@ -693,6 +706,8 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
         loop {
             // SAFETY: as above.
             match unsafe { s.as_ref() } {
+                // Another key's node: not loaded.
+                Some(_) if !s.may_hold(tag) => break,
                 Some(n) => {
                     if std::ptr::eq(n, node) || (n.hash == node.hash && n.key() == node.key()) {
                         return;
@@ -709,8 +724,8 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
                     // Release: pairs with the Acquire slot loads; publishes the node's
                     // fields to readers of the new table.
                     match slot.compare_exchange(
-                        Shared::null(),
-                        Shared::from(p),
+                        Word::null(),
+                        Word::node(p, node.hash),
                         Ordering::Release,
                         Ordering::Acquire,
                         guard,
@@ -720,10 +735,10 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
                             next.used.fetch_add(1, Ordering::Relaxed);
                             return;
                         }
-                        Err(e) => {
+                        Err(current) => {
                             // SAFETY: the count we took for the slot, never shared.
                             drop(unsafe { Arc::from_raw(p) });
-                            s = e.current;
+                            s = current;
                         }
                     }
                 }
@@ -739,7 +754,7 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
 fn swing<K, V>(
     table: &Table<K, V>,
     i: usize,
-    current: Shared<'_, Node<K, V>>,
+    current: Word<'_, Node<K, V>>,
     to: &Node<K, V>,
     guard: &Guard,
 ) {
@@ -748,7 +763,7 @@ fn swing<K, V>(
     // the forward, which we acquired; this passes them on).
     match table.slots[i].compare_exchange(
         current,
-        Shared::from(p),
+        Word::node(p, to.hash),
         Ordering::Release,
         Ordering::Relaxed,
         guard,
@@ -765,7 +780,7 @@ fn swing<K, V>(
 /// # Safety
 /// - The caller's own CAS just took `node` out of a slot, so the table's count of it (H3) is
 ///   released exactly once.
-unsafe fn retire<K, V>(node: Shared<'_, Node<K, V>>, guard: &Guard) {
+unsafe fn retire<K, V>(node: Word<'_, Node<K, V>>, guard: &Guard) {
     let raw = node.as_raw();
     // SAFETY: readers that can still reach `raw` are pinned; the closure runs after they
     // unpin. `raw` came from `Arc::into_raw` (I1).
