@@ -95,23 +95,28 @@ pub(crate) enum Served<V, E> {
 pub(crate) struct Pin<'c> {
     pub(crate) guard: Guard,
     pub(crate) stats: &'c StatsBlock,
-    /// Hits and misses of `get` under this pin, added to `stats` when it drops: a batch of
-    /// pinned lookups writes its counters once, not once per lookup.
-    lookups: Cell<(u64, u64)>,
+    /// Lookups and misses of `get` under this pin, added to `stats` (as hits and misses)
+    /// when it drops: a batch of pinned lookups writes its counters once, not once per
+    /// lookup. A hit adds to one cell only.
+    lookups: Cell<u64>,
+    misses: Cell<u64>,
 }
 
 impl Pin<'_> {
     /// Counts one lookup (see `lookups`).
-    #[inline]
+    #[inline(always)]
     fn looked_up(&self, hit: bool) {
-        let (h, m) = self.lookups.get();
-        self.lookups.set((h + u64::from(hit), m + u64::from(!hit)));
+        self.lookups.set(self.lookups.get() + 1);
+        if !hit {
+            self.misses.set(self.misses.get() + 1);
+        }
     }
 }
 
 impl Drop for Pin<'_> {
     fn drop(&mut self) {
-        let (hits, misses) = self.lookups.get();
+        let misses = self.misses.get();
+        let hits = self.lookups.get() - misses;
         if hits > 0 {
             self.stats.bump_by(Counter::Hit, hits);
         }
@@ -131,9 +136,10 @@ pub(crate) struct Refused<K, V> {
 
 pub(crate) struct RawCache<K, V, S> {
     shards: Box<[CachePadded<Shard<K, V>>]>,
-    /// `64 - log2(shards)`; the shard is `hash >> shift` (the high bits, which bucket indices
-    /// never use). `u32::MAX` with a single shard.
-    shift: u32,
+    /// `shards - 1`; the shard is `hash >> 48 & shard_mask`: the top 16 bits, which neither
+    /// slot indices nor the slot word's hash tag (bits 32–47) use, as far as
+    /// [`MAX_SHARDS`](crate::MAX_SHARDS) shards need.
+    shard_mask: usize,
     hasher: S,
     weigher: Option<Weigher<K, V>>,
     listener: Option<Listener<K, V>>,
@@ -158,23 +164,19 @@ where
         listener: Option<Listener<K, V>>,
         evict: bool,
     ) -> Self {
-        debug_assert!(shards.is_power_of_two());
+        // Callers validate the count first (`ConfigError`); `shard` relies on a non-empty array.
+        assert!(shards.is_power_of_two() && shards <= crate::MAX_SHARDS);
         // The ghost remembers about as many hashes as the cache holds entries.
         let expected = if weigher.is_none() {
             capacity.min(1 << 20) as usize
         } else {
             1 << 14
         };
-        let shift = if shards == 1 {
-            u32::MAX
-        } else {
-            64 - shards.trailing_zeros()
-        };
         Self {
             shards: (0..shards)
                 .map(|_| CachePadded::new(Shard::new()))
                 .collect(),
-            shift,
+            shard_mask: shards - 1,
             hasher,
             weigher,
             listener,
@@ -190,7 +192,8 @@ where
         Pin {
             guard,
             stats,
-            lookups: Cell::new((0, 0)),
+            lookups: Cell::new(0),
+            misses: Cell::new(0),
         }
     }
 
@@ -209,12 +212,14 @@ where
         self.hasher.hash_one(key)
     }
 
-    /// The shard of a hash: its top bits, which slot indices never reach. Nodes keep their
-    /// full hash, so the evictor finds a victim's shard from the node alone.
-    #[inline]
+    /// The shard of a hash: from its top 16 bits, which slot indices never reach. Nodes keep
+    /// their full hash, so the evictor finds a victim's shard from the node alone.
+    #[inline(always)]
     fn shard(&self, hash: u64) -> &Shard<K, V> {
-        let i = hash.checked_shr(self.shift).unwrap_or(0) as usize;
-        &self.shards[i]
+        let i = (hash >> 48) as usize & self.shard_mask;
+        debug_assert!(i < self.shards.len());
+        // SAFETY: `shards` has `shard_mask + 1` elements, and `i <= shard_mask`.
+        unsafe { self.shards.get_unchecked(i) }
     }
 
     /// Reserves `weight`; when it does not fit and the cache evicts, evicts by policy until
@@ -289,7 +294,7 @@ where
     }
 
     /// Records a hit for the policy (a write only while the entry's frequency can grow).
-    #[inline]
+    #[inline(always)]
     fn touch(&self, node: &Node<K, V>) {
         if self.policy.is_some() {
             node.meta.touch();
@@ -301,7 +306,7 @@ where
     }
 
     /// The cached value for `key`, if any; reads only.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get<'g, Q>(&'g self, key: &Q, pin: &'g Pin<'_>) -> Option<&'g V>
     where
         K: Borrow<Q>,
@@ -312,7 +317,7 @@ where
 
     /// The cached value of the key that `eq` accepts, where `probe` hashes exactly as that key
     /// does (a tuple of references to a tuple key's fields, say); reads only.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_eq<'g, Q>(
         &'g self,
         probe: &Q,

@@ -220,11 +220,17 @@ impl<K, V> Node<K, V> {
     /// The caller keeps `self` alive for `'a` (a guard or an `Arc` count); a value read from
     /// a cell under `guard` is released only through the epoch (I6), and a node forwarded to
     /// lives as long as the node whose cell counts it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn view<'a>(&'a self, _guard: &'a Guard) -> View<'a, K, V> {
         let mut n = self;
         loop {
             let mut c = n.cell();
+            if c & TAGS == 0 && c != 0 {
+                // The common case first: an untagged, non-null cell is the value.
+                // SAFETY: a value pointer from `Arc::into_raw`, alive while the guard is (I6).
+                let value = unsafe { &*(c as *const V) };
+                return View::Ready { node: n, value };
+            }
             if c == 0 || c & (OUTCOME | BUILDER) != 0 {
                 match n.slot.state() {
                     LOADING => return View::Loading,

@@ -113,7 +113,7 @@ impl<K, V> Table<K, V> {
     }
 
     /// Slot `i & mask` (the hit path's access, without a bounds check).
-    #[inline]
+    #[inline(always)]
     fn slot(&self, i: usize) -> &SlotWord<Node<K, V>> {
         let i = i & self.mask;
         debug_assert!(i < self.slots.len());
@@ -211,7 +211,7 @@ impl<K: Eq, V> Shard<K, V> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn root<'g>(&self, guard: &'g Guard) -> &'g Table<K, V> {
         // Acquire: pairs with the Release CAS in `finish`, so the new root's slots (and the
         // copies in them) are visible.
@@ -237,7 +237,7 @@ impl<K: Eq, V> Shard<K, V> {
     /// [`Node::view`] follows the forward); reads only. A hit reads the node's cell once,
     /// in the caller's view: the fewer instructions a lookup takes, the more independent
     /// lookups the CPU overlaps (13% on pinned hits over checking liveness here as well).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find_bound<'g>(
         &'g self,
         hash: u64,
@@ -248,7 +248,9 @@ impl<K: Eq, V> Shard<K, V> {
         let mut table = self.root(guard);
         'tables: loop {
             let mut i = hash as usize & table.mask;
-            for _ in 0..=table.mask {
+            // No probe bound: every table keeps an `EMPTY` or `SEALED` slot (H4), and the
+            // probe ends at the first one. Counting probes cost 8% on pinned hits.
+            loop {
                 // Acquire: pairs with the Release CAS that stored the node (claim, replace or
                 // copy), so its fields are visible.
                 let s = table.slot(i).load(Ordering::Acquire, guard);
@@ -274,8 +276,6 @@ impl<K: Eq, V> Shard<K, V> {
                 }
                 i = (i + 1) & table.mask;
             }
-            // A full table without the key (only possible in theory, see H4).
-            table = table.next(guard)?;
         }
     }
 
