@@ -123,8 +123,16 @@ impl<K, V> Table<K, V> {
 
     /// Reserves a claim (**H4**): `false` once claims reach half the slots, or once the
     /// table migrates. The caller settles it with [`settle`](Self::settle).
-    fn reserve(&self) -> bool {
-        let limit = (self.len() / 2) as u64;
+    ///
+    /// A `replacement` (a dead node's slot, taken by a new node of its key) takes no new
+    /// slot: it is only counted in flight, so the migration's sizing sees it, and it is
+    /// refused only once the table migrates.
+    fn reserve(&self, replacement: bool) -> bool {
+        let (limit, claim) = if replacement {
+            (u64::MAX, 0)
+        } else {
+            ((self.len() / 2) as u64, 1)
+        };
         // Relaxed: the word publishes nothing; it only bounds claims, and read-modify-writes
         // see its latest value whatever the ordering.
         let mut u = self.used.load(Ordering::Relaxed);
@@ -134,7 +142,7 @@ impl<K, V> Table<K, V> {
             }
             match self.used.compare_exchange_weak(
                 u,
-                u + 1 + IN_FLIGHT,
+                u + claim + IN_FLIGHT,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
@@ -144,11 +152,14 @@ impl<K, V> Table<K, V> {
         }
     }
 
-    /// Settles a reserved claim: it is no longer in flight, and counts only if it landed.
-    fn settle(&self, landed: bool) {
+    /// Settles a reserved claim: it is no longer in flight, and a claim counts only if it
+    /// landed.
+    fn settle(&self, landed: bool, replacement: bool) {
         // Relaxed: as in `reserve`.
-        self.used
-            .fetch_sub(IN_FLIGHT + u64::from(!landed), Ordering::Relaxed);
+        self.used.fetch_sub(
+            IN_FLIGHT + u64::from(!landed && !replacement),
+            Ordering::Relaxed,
+        );
     }
 
     fn next<'g>(&self, guard: &'g Guard) -> Option<&'g Table<K, V>> {
@@ -385,9 +396,10 @@ impl<K: Eq, V> Shard<K, V> {
     ) -> bool {
         let table = pos.table;
         let claim = pos.current.is_null();
-        // Replacing a dead node is reserved like a claim: once a table migrates, no node can
-        // become live in it, so the scan in `start_migration` counts every node it will copy.
-        if !table.reserve() {
+        // Replacing a dead node is reserved too, in flight only: once a table migrates, no
+        // node can become live in it, so the scan in `start_migration` counts every node it
+        // will copy.
+        if !table.reserve(!claim) {
             self.start_migration(table, guard);
             return false;
         }
@@ -402,7 +414,7 @@ impl<K: Eq, V> Shard<K, V> {
                 guard,
             )
             .is_ok();
-        table.settle(landed);
+        table.settle(landed, !claim);
         if landed && !claim {
             // SAFETY: our CAS took the dead node out of the slot, with the table's count of
             // it (H3).
@@ -593,7 +605,15 @@ impl<K: Eq, V> Shard<K, V> {
                 // EMPTY → SEALED, TOMB → TOMB|MOVED.
                 s.with_tag(s.tag() | MOVED)
             } else if s.tag() & FROZEN == 0 {
-                s.with_tag(FROZEN)
+                // SAFETY: as below.
+                if unsafe { s.deref() }.resolve().is_live(guard) {
+                    s.with_tag(FROZEN)
+                } else {
+                    // A dead node never lives again (I4) and is not copied: nothing to
+                    // freeze. A replacement racing this CAS either lands first (and we look
+                    // again) or fails and finds the slot moved.
+                    s.with_tag(MOVED)
+                }
             } else {
                 // SAFETY: a node read under `guard` outlives it (H3). A replaced node is
                 // copied as its replacement.
@@ -681,13 +701,15 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                 }
             }
-            // Relaxed: the cache is quiet. Replacements count as claims too.
+            // Relaxed: the cache is quiet. Replacements take no claim (see `reserve`).
             let used = t.used.load(Ordering::Relaxed);
             if used & !MIGRATING & !CLAIMS != 0 {
                 return Err("a claim is still in flight in a quiet cache".to_string());
             }
-            if used & MIGRATING == 0 && ((used & CLAIMS) as usize) < taken {
-                return Err(format!("{taken} slots are taken but {used} were counted"));
+            if used & MIGRATING == 0 && ((used & CLAIMS) as usize) != taken {
+                return Err(format!(
+                    "{taken} slots are taken but {used} claims were counted"
+                ));
             }
             table = t.next(guard);
         }
