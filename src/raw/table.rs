@@ -42,10 +42,9 @@
 //!   new slot, is only counted in flight and only the bit refuses it). So once the bit is
 //!   set, the nodes a migration will copy are the live ones (counted by a scan) plus the
 //!   claims in flight at the bit (counted in `used`); the new table gets four slots per such
-//!   node. Copies then
-//!   fill at most a quarter of it and writers claim at most half, so every table keeps an
-//!   `EMPTY` slot and every probe ends. Sizing by live nodes also makes a table full of dead
-//!   ones migrate at its own size, or smaller.
+//!   node. Copies then fill at most a quarter of it and writers claim at most half, so every
+//!   table keeps an `EMPTY` slot and every probe ends. Sizing by live nodes also makes a
+//!   table full of dead ones migrate at its own size, or smaller.
 //!
 //! A table is retired (through the epoch) by the thread whose CAS moves the shard's root past
 //! it, after every slot is moved. A table's migration starts only when it is the root, so
