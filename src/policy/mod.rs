@@ -30,7 +30,7 @@
 
 mod sketch;
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use crossbeam_queue::SegQueue;
 use sketch::Sketch;
 use std::cell::Cell;
@@ -56,6 +56,13 @@ fn window(capacity: u64) -> u64 {
 const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
 /// Hits in the small queue that move an entry to the main queue without a duel.
 const PROMOTE_HITS: u8 = 2;
+
+/// What the ghost keeps of an evicted hash: 32 bits that its slot index (the low bits) does
+/// not use, never 0 (an empty slot). Half the size of the whole hash; a wrong match costs a
+/// misplaced entry, once in 2^31 lookups of a slot.
+fn fingerprint(hash: u64) -> u32 {
+    (hash >> 32) as u32 | 1
+}
 
 /// Per-entry policy state, kept in the table's node.
 #[derive(Debug)]
@@ -150,7 +157,9 @@ pub(crate) struct S3Fifo<T> {
     sketch: Sketch,
     small_weight: AtomicU64,
     main_weight: AtomicU64,
-    ghost: Box<[AtomicU64]>,
+    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's low
+    /// bits; 0 is an empty slot.
+    ghost: Box<[AtomicU32]>,
     compacting: AtomicBool,
 }
 
@@ -165,12 +174,12 @@ impl<T: Queued> S3Fifo<T> {
             sketch: Sketch::new(entries),
             small_weight: AtomicU64::new(0),
             main_weight: AtomicU64::new(0),
-            ghost: (0..ghost).map(|_| AtomicU64::new(0)).collect(),
+            ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
             compacting: AtomicBool::new(false),
         }
     }
 
-    fn ghost_slot(&self, hash: u64) -> &AtomicU64 {
+    fn ghost_slot(&self, hash: u64) -> &AtomicU32 {
         &self.ghost[(hash as usize) & (self.ghost.len() - 1)]
     }
 
@@ -184,7 +193,8 @@ impl<T: Queued> S3Fifo<T> {
         // one like an entry that was hit (through the duel when the main queue is full), but
         // it has no hits of its own to skip the duel with.
         // Relaxed: hints.
-        let remembered = self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == entry.hash();
+        let remembered =
+            self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == fingerprint(entry.hash());
         meta.freq.store(u8::from(remembered), Ordering::Relaxed);
         push(&self.small, &self.small_weight, entry);
         // Relaxed: only paces the compaction check.
@@ -332,7 +342,8 @@ impl<T: Queued> S3Fifo<T> {
     /// Remembers an evicted entry's hash in the ghost.
     fn forget(&self, e: &T) {
         // Relaxed: a hint.
-        self.ghost_slot(e.hash()).store(e.hash(), Ordering::Relaxed);
+        self.ghost_slot(e.hash())
+            .store(fingerprint(e.hash()), Ordering::Relaxed);
     }
 
     /// Drops queued entries that no longer hold a value once they outnumber the live ones.
