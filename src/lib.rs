@@ -73,8 +73,9 @@
 //! # Eviction
 //!
 //! The evicting policy is S3-FIFO with TinyLFU's admission duel: new entries enter a small
-//! FIFO, entries hit there move to the main FIFO, and once the main FIFO is full a newcomer
-//! takes the place of its victim only if a frequency sketch says it is used more often. A
+//! FIFO; entries hit there (or remembered from a recent eviction) move to the main FIFO and
+//! the others leave; once the main FIFO is full, such an entry takes the place of the main
+//! FIFO's victim only if a frequency sketch says it is used more often. A
 //! one-pass scan or a loop larger than the cache therefore does not flush frequently used
 //! entries. A hit writes the entry's frequency byte only while it can still grow (nothing
 //! shared); entries being built are never evicted; shrinking the capacity evicts in policy
