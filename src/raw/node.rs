@@ -226,7 +226,8 @@ impl<K, V> Node<K, V> {
         loop {
             let mut c = n.cell();
             if c & TAGS == 0 && c != 0 {
-                // The common case first: an untagged, non-null cell is the value.
+                // The common case first: an untagged, non-null cell is the value. (Folding
+                // this into the general path below measured slower on 1M-key hits.)
                 // SAFETY: a value pointer from `Arc::into_raw`, alive while the guard is (I6).
                 let value = unsafe { &*(c as *const V) };
                 return View::Ready { node: n, value };
