@@ -197,7 +197,7 @@ impl<T: Queued> S3Fifo<T> {
             self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == fingerprint(entry.hash());
         meta.freq.store(u8::from(remembered), Ordering::Relaxed);
         push(&self.small, &self.small_weight, entry);
-        // Relaxed: only paces the compaction check.
+        // The compaction check runs once every 64 of this thread's admissions.
         if tick(&ADMITS, 64) {
             self.compact_if_needed(live());
         }

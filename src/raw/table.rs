@@ -274,10 +274,7 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                     None if s.tag() == 0 => return None,
                     None => {}
-                    // The tag first: a slot of another key is passed without loading its
-                    // node. Where the tag is on, it stands in for the node's hash: a match
-                    // goes straight to the key.
-                    Some(n) if s.may_hold(tag) && (HASH_TAGS || n.hash == hash) && eq(n.key()) => {
+                    Some(n) if holds_key(s, n, tag, hash, &eq) => {
                         if s.tag() & MOVED != 0 {
                             table = table.next(guard)?;
                             continue 'tables;
@@ -340,7 +337,7 @@ impl<K: Eq, V> Shard<K, V> {
                         };
                     }
                     None => {}
-                    Some(n) if s.may_hold(tag) && n.hash == hash && eq(n.key()) => {
+                    Some(n) if holds_key(s, n, tag, hash, &eq) => {
                         // Frozen or moved after we read `next`: it is set now. Either way the
                         // key's slot is moved before we look at `next` (H2): its copy may not
                         // have landed yet.
@@ -716,6 +713,21 @@ impl<K: Eq, V> Shard<K, V> {
         }
         Ok(())
     }
+}
+
+/// Whether slot word `s`, which holds node `n`, holds a node of the key that `eq` accepts
+/// (hash `hash`, slot tag `tag`). The tag first: a slot of another key is passed without
+/// loading its node. Where the tag is on, it stands in for the node's hash, and a match goes
+/// straight to the key.
+#[inline(always)]
+fn holds_key<K, V>(
+    s: Word<'_, Node<K, V>>,
+    n: &Node<K, V>,
+    tag: usize,
+    hash: u64,
+    eq: &impl Fn(&K) -> bool,
+) -> bool {
+    s.may_hold(tag) && (HASH_TAGS || n.hash == hash) && eq(n.key())
 }
 
 /// Copies a frozen live node into `next` unless its key is bound there already (a helper
