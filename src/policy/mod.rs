@@ -65,9 +65,9 @@ const PROMOTE_HITS: u8 = 2;
 /// slots: 0.87).
 const GHOST_PER_ENTRY: usize = 3;
 
-/// What the ghost keeps of an evicted hash: 32 bits that its slot index (from the low 32
-/// bits) does not use, never 0 (an empty slot). Half the size of the whole hash; a wrong match costs a
-/// misplaced entry, once in 2^31 lookups of a slot.
+/// What the ghost keeps of an evicted hash: the 32 bits that its slot index (from the low 32
+/// bits) does not use, never 0 (an empty slot). Half the size of the whole hash; a wrong
+/// match costs a misplaced entry, once in 2^31 lookups of a slot.
 fn fingerprint(hash: u64) -> u32 {
     (hash >> 32) as u32 | 1
 }
@@ -165,8 +165,8 @@ pub(crate) struct S3Fifo<T> {
     sketch: Sketch,
     small_weight: AtomicU64,
     main_weight: AtomicU64,
-    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's low 32
-    /// bits; 0 is an empty slot.
+    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
+    /// low 32 bits; 0 is an empty slot.
     ghost: Box<[AtomicU32]>,
     compacting: AtomicBool,
 }
