@@ -12,7 +12,8 @@
 //! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
 //! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction, the
 //! single-flight storm, memory per entry (a counting global allocator), and hit ratio against
-//! capacity on a Zipf trace. Each throughput is the best of three runs.
+//! capacity on a Zipf trace. Each throughput is the best of three runs, taken in turn with the
+//! other subjects of its comparison (see [`interleaved`]).
 
 #[path = "../benches/support/mod.rs"]
 mod support;
@@ -76,11 +77,24 @@ struct Scale {
     trace: usize,
 }
 
-/// Best of three: the highest throughput in millions of operations per second.
-fn best_mops(ops: usize, mut run: impl FnMut() -> Duration) -> f64 {
-    (0..3)
-        .map(|_| ops as f64 / run().as_secs_f64() / 1e6)
-        .fold(0.0, f64::max)
+/// Runs of each measurement; each figure is the best of them.
+const ROUNDS: usize = 3;
+
+/// One measurement: how many operations a run performs, and the run (which returns its time).
+type Run<'a> = (usize, Box<dyn FnMut() -> Duration + 'a>);
+
+/// Each measurement's best throughput in millions of operations per second, over `ROUNDS`
+/// runs taken in turn (every measurement once, then every one again, ...), so that a burst of
+/// load from the machine's other tenants costs every subject of a comparison alike rather
+/// than whichever was running during it.
+fn interleaved(mut runs: Vec<Run<'_>>) -> Vec<f64> {
+    let mut best = vec![0.0f64; runs.len()];
+    for _ in 0..ROUNDS {
+        for ((ops, run), best) in runs.iter_mut().zip(&mut best) {
+            *best = best.max(*ops as f64 / run().as_secs_f64() / 1e6);
+        }
+    }
+    best
 }
 
 /// A row of results: a workload, runcache's figure, and each peer's.
@@ -103,46 +117,52 @@ impl Row {
     }
 }
 
+/// Keys per pinned batch in the hit measurements.
+const BATCH: usize = 1024;
+
+/// A run of `ops` lookups over `stream`, handed to `lookups` a batch of `BATCH` keys at a time.
+fn batches<'a>(ops: usize, stream: &'a [u64], mut lookups: impl FnMut(&[u64]) + 'a) -> Run<'a> {
+    let run = move || {
+        let t0 = Instant::now();
+        let mut at = 0;
+        for _ in 0..ops / BATCH {
+            lookups(&stream[at..at + BATCH]);
+            at = (at + BATCH) % (stream.len() - BATCH);
+        }
+        t0.elapsed()
+    };
+    (ops, Box::new(run))
+}
+
 fn hits(scale: &Scale, rows: &mut Vec<Row>) {
-    const BATCH: usize = 1024;
     for keys in [10_000u64, 1_000_000] {
         for s in [0.5, 1.0] {
             let stream = zipf_keys(keys, s, 1 << 20, 5);
-            let mut figure = HashMap::new();
-            for name in MAP_SUBJECTS.into_iter().chain(["papaya-arc"]) {
-                let subject = hit_subject(name, keys);
-                let mops = best_mops(scale.hits, || {
-                    let t0 = Instant::now();
-                    let mut at = 0;
-                    for _ in 0..scale.hits / BATCH {
-                        black_box(subject.get_batch(&stream[at..at + BATCH]));
-                        at = (at + BATCH) % (stream.len() - BATCH);
-                    }
-                    t0.elapsed()
-                });
-                figure.insert(name, mops);
-            }
+            let stream = &stream;
+            let names: Vec<&str> = MAP_SUBJECTS.into_iter().chain(["papaya-arc"]).collect();
+            let subjects: Vec<_> = names.iter().map(|n| hit_subject(n, keys)).collect();
             let map: HashMap<u64, u64, Hasher> = (0..keys).map(|k| (k, k)).collect();
-            let unsync = best_mops(scale.hits, || {
-                let t0 = Instant::now();
-                let mut at = 0;
-                for _ in 0..scale.hits / BATCH {
-                    let hits = get_batch_unsync(&map, &stream[at..at + BATCH]);
-                    black_box(hits);
-                    at = (at + BATCH) % (stream.len() - BATCH);
-                }
-                t0.elapsed()
-            });
-            let map: HashMap<u64, Arc<u64>, Hasher> = (0..keys).map(|k| (k, Arc::new(k))).collect();
-            let unsync_arc = best_mops(scale.hits, || {
-                let t0 = Instant::now();
-                let mut at = 0;
-                for _ in 0..scale.hits / BATCH {
-                    black_box(get_batch_unsync_arc(&map, &stream[at..at + BATCH]));
-                    at = (at + BATCH) % (stream.len() - BATCH);
-                }
-                t0.elapsed()
-            });
+            let map_arc: HashMap<u64, Arc<u64>, Hasher> =
+                (0..keys).map(|k| (k, Arc::new(k))).collect();
+            let mut runs: Vec<Run<'_>> = subjects
+                .iter()
+                .map(|subject| {
+                    batches(scale.hits, stream, move |batch| {
+                        black_box(subject.get_batch(batch));
+                    })
+                })
+                .collect();
+            runs.push(batches(scale.hits, stream, |batch| {
+                black_box(get_batch_unsync(&map, batch));
+            }));
+            runs.push(batches(scale.hits, stream, |batch| {
+                black_box(get_batch_unsync_arc(&map_arc, batch));
+            }));
+            let mut mops = interleaved(runs);
+            let unsync_arc = mops.pop().expect("one figure per run");
+            let unsync = mops.pop().expect("one figure per run");
+            let figure: HashMap<&str, f64> = names.into_iter().zip(mops).collect();
+            drop(subjects);
             let label = format!("hit, Zipf s={s}, {}k keys", keys / 1000);
             rows.push(Row {
                 workload: format!("{label}, pinned"),
@@ -187,16 +207,30 @@ fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<(&'static str, Vec<Series>)>
             })
             .collect();
         for threads in [1usize, 2, 4] {
-            let mut figure = Vec::new();
-            for name in names {
-                let mops = best_mops(threads * scale.mix_ops, || {
-                    let subject = mix_subject(name);
-                    on_threads(threads, 1, |t, _| {
-                        black_box(run_ops(&*subject, &streams[t]));
-                    })
-                });
-                figure.push(mops);
+            let streams = &streams;
+            let mut runs: Vec<Run<'_>> = names
+                .iter()
+                .map(|&name| -> Run<'_> {
+                    let run = move || {
+                        let subject = mix_subject(name);
+                        on_threads(threads, 1, |t, _| {
+                            black_box(run_ops(&*subject, &streams[t]));
+                        })
+                    };
+                    (threads * scale.mix_ops, Box::new(run))
+                })
+                .collect();
+            if threads == 1 {
+                let run = || {
+                    let mut map = mix_unsync();
+                    let t0 = Instant::now();
+                    black_box(run_ops_unsync(&mut map, &streams[0]));
+                    t0.elapsed()
+                };
+                runs.push((scale.mix_ops, Box::new(run)));
             }
+            let mut figure = interleaved(runs);
+            let unsync = (threads == 1).then(|| figure.pop().expect("one figure per run"));
             for (s, f) in series.iter_mut().zip(&figure) {
                 s.values.push(*f);
             }
@@ -205,13 +239,7 @@ fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<(&'static str, Vec<Series>)>
                 .copied()
                 .zip(figure[1..].iter().copied())
                 .collect();
-            if threads == 1 {
-                let unsync = best_mops(scale.mix_ops, || {
-                    let mut map = mix_unsync();
-                    let t0 = Instant::now();
-                    black_box(run_ops_unsync(&mut map, &streams[0]));
-                    t0.elapsed()
-                });
+            if let Some(unsync) = unsync {
                 peers.push(("HashMap", unsync));
             }
             rows.push(Row {
@@ -235,26 +263,34 @@ fn churn(scale: &Scale, rows: &mut Vec<Row>) {
         zipf_keys(KEYS, 1.0, 1 << 20, 2),
     ];
     for threads in [1usize, 2] {
-        let mut figure = Vec::new();
-        let mut misses = Vec::new();
-        for name in CACHE_SUBJECTS {
-            let hits = AtomicU64::new(0);
-            let mops = best_mops(threads * scale.churn_ops, || {
-                let subject = subject(name, CAPACITY);
-                hits.store(0, Ordering::Relaxed);
-                on_threads(threads, 1, |t, _| {
-                    let stream = &streams[t];
-                    let mut mine = 0;
-                    for i in 0..scale.churn_ops {
-                        mine += u64::from(subject.access(stream[i % stream.len()]));
-                    }
-                    hits.fetch_add(mine, Ordering::Relaxed);
-                })
-            });
-            figure.push(mops);
-            let total = (threads * scale.churn_ops) as f64;
-            misses.push(100.0 * (1.0 - hits.load(Ordering::Relaxed) as f64 / total));
-        }
+        // Each subject's hits in its latest run.
+        let hits: Vec<AtomicU64> = CACHE_SUBJECTS.iter().map(|_| AtomicU64::new(0)).collect();
+        let streams = &streams;
+        let runs: Vec<Run<'_>> = CACHE_SUBJECTS
+            .iter()
+            .zip(&hits)
+            .map(|(&name, hits)| -> Run<'_> {
+                let run = move || {
+                    let subject = subject(name, CAPACITY);
+                    hits.store(0, Ordering::Relaxed);
+                    on_threads(threads, 1, |t, _| {
+                        let stream = &streams[t];
+                        let mut mine = 0;
+                        for i in 0..scale.churn_ops {
+                            mine += u64::from(subject.access(stream[i % stream.len()]));
+                        }
+                        hits.fetch_add(mine, Ordering::Relaxed);
+                    })
+                };
+                (threads * scale.churn_ops, Box::new(run))
+            })
+            .collect();
+        let figure = interleaved(runs);
+        let total = (threads * scale.churn_ops) as f64;
+        let misses: Vec<f64> = hits
+            .iter()
+            .map(|h| 100.0 * (1.0 - h.load(Ordering::Relaxed) as f64 / total))
+            .collect();
         rows.push(Row {
             workload: format!(
                 "churn, Zipf s=1, 100k keys, capacity 10k ({:.0}% misses), {threads} thread(s)",
@@ -719,7 +755,9 @@ fn write_docs(
            10/40/40 plus 10% update; rapid-grow 5/80/5 plus 10% update; uniform keys over\n  \
            {} keys, half present at the start; every thread its own operation stream.\n\
          - Each throughput is the best of three runs of {} (hits), {} per thread (mixes) and {}\n  \
-           per thread (churn) operations. The criterion benches (`cargo bench --bench zipf`,\n  \
+           per thread (churn) operations, taken in turn with the other subjects of its row (each\n  \
+           subject once, then each again), so a burst of load from the machine's other tenants\n  \
+           costs them alike. The criterion benches (`cargo bench --bench zipf`,\n  \
            `mixes`, `churn`, `storm`, `hit`) measure the same workloads with confidence intervals.\n\n\
          ## Results\n\n{table}\n\
          Ratios are runcache / peer for throughput and peer / runcache for time and bytes, so a\n\
