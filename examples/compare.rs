@@ -12,7 +12,7 @@
 //! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
 //! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction, the
 //! single-flight storm, memory per entry (a counting global allocator), and hit ratio against
-//! capacity on a Zipf trace. Each throughput is the best of three runs, taken in turn with the
+//! capacity on a Zipf trace. Each throughput is the best of five runs, taken in turn with the
 //! other subjects of its comparison (see [`interleaved`]).
 
 #[path = "../benches/support/mod.rs"]
@@ -78,7 +78,7 @@ struct Scale {
 }
 
 /// Runs of each measurement; each figure is the best of them.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// One measurement: how many operations a run performs, and the run (which returns its time).
 type Run<'a> = (usize, Box<dyn FnMut() -> Duration + 'a>);
@@ -754,7 +754,7 @@ fn write_docs(
          - Mixes are conc-map-bench's: read-heavy 98% get / 1% insert / 1% remove; exchange\n  \
            10/40/40 plus 10% update; rapid-grow 5/80/5 plus 10% update; uniform keys over\n  \
            {} keys, half present at the start; every thread its own operation stream.\n\
-         - Each throughput is the best of three runs of {} (hits), {} per thread (mixes) and {}\n  \
+         - Each throughput is the best of five runs of {} (hits), {} per thread (mixes) and {}\n  \
            per thread (churn) operations, taken in turn with the other subjects of its row (each\n  \
            subject once, then each again), so a burst of load from the machine's other tenants\n  \
            costs them alike. The criterion benches (`cargo bench --bench zipf`,\n  \
