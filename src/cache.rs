@@ -62,6 +62,11 @@ pub enum WhenFull {
     /// duel, see the crate docs) until the new one fits (the
     /// default). An entry heavier than the whole capacity is still refused: it never flushes
     /// the cache.
+    ///
+    /// The policy's frequency sketch and ghost are allocated when the cache is built: 28 to
+    /// 44 bytes per entry of capacity (16 to 32 of sketch, whose length is a power of two,
+    /// and 12 of ghost), for at most 2^20 entries (28 MiB); with a weigher, for 2^14 entries
+    /// (448 KiB), since the capacity then counts weight, not entries.
     #[default]
     Evict,
     /// Refuse the new entry and keep the cached ones (constant tensor caches work this way).

@@ -166,7 +166,8 @@ where
     ) -> Self {
         // Callers validate the count first (`ConfigError`); `shard` relies on a non-empty array.
         assert!(shards.is_power_of_two() && shards <= crate::MAX_SHARDS);
-        // The ghost remembers about as many hashes as the cache holds entries.
+        // The entries the cache is expected to hold, which size the policy's sketch and ghost
+        // (see `WhenFull::Evict`).
         let expected = if weigher.is_none() {
             capacity.min(1 << 20) as usize
         } else {
