@@ -87,6 +87,51 @@ fn reclaim_drops_removed_values_nobody_holds_while_the_cache_lives() {
 }
 
 #[test]
+fn reclaim_frees_what_other_threads_retired_while_a_reader_held_the_epoch_back() {
+    // A reader pinned on this thread keeps the epoch from advancing, so the worker's retired
+    // items pile up in the collector: removed values with their nodes, then uncached values
+    // (too heavy to cache), which live in the unlinked build records of their keys. Once the
+    // reader and the worker are gone, one `reclaim` must free all of them, however many of
+    // the collector's bags they fill.
+    const ROUNDS: u64 = 2_000;
+    let d = drops();
+    let c = Arc::new(
+        Cache::<u64, Tracked>::builder()
+            .capacity(1_000)
+            .weigher(|k, _| if *k < ROUNDS / 2 { 1 } else { 10_000 })
+            .when_full(WhenFull::Reject)
+            .build()
+            .unwrap(),
+    );
+    let reader = c.pin();
+    let worker = {
+        let (c, d) = (Arc::clone(&c), Arc::clone(&d));
+        thread::spawn(move || {
+            for k in 0..ROUNDS {
+                let v = c.get_or_insert_with(k, || Tracked::new(k, &d));
+                assert_eq!(v.id, k);
+                if k < ROUNDS / 2 {
+                    drop(c.remove(&k));
+                }
+            }
+        })
+    };
+    worker.join().unwrap();
+    assert!(
+        (d.load(Ordering::SeqCst) as u64) < ROUNDS,
+        "the pinned reader held the epoch back"
+    );
+    drop(reader);
+    c.reclaim();
+    assert_eq!(
+        d.load(Ordering::SeqCst) as u64,
+        ROUNDS,
+        "every value, uncached or removed, is freed by one reclaim"
+    );
+    assert!(c.is_empty());
+}
+
+#[test]
 fn dropping_the_cache_drops_every_value_once() {
     let d = drops();
     let n = 10_000;

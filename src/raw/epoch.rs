@@ -33,18 +33,32 @@ use std::sync::{Arc, Weak};
 /// most once, so a few rounds with nothing freed mean a thread pinned elsewhere holds the rest.
 const RECLAIM_STALL_ROUNDS: usize = 8;
 
-/// Value boxes retired to the collector whose destructor has not run yet.
+/// Everything this cache handed to its collector — value boxes, unlinked nodes (which may
+/// hold a key, and an uncached value or an error for late waiters), retired tables — whose
+/// destructor has not run yet.
 ///
 /// Shared with each deferred destructor (which may run after the cache is gone, on whichever
-/// thread collects), so [`Domain::reclaim`] can tell when everything has been freed.
+/// thread collects), so [`Domain::reclaim`] can tell when everything has been freed: every bag
+/// the collector frees holds at least one counted item, so a round that frees a bag lowers
+/// the count.
 #[derive(Default)]
 pub(crate) struct Pending(AtomicU64);
 
-/// One retired value box, counted in [`Pending`] until its destructor calls [`done`](Self::done).
+impl Pending {
+    /// Counts one item about to be retired; the deferred destructor drops the [`Retiring`]
+    /// after it has freed the item.
+    pub(crate) fn retiring(self: &Arc<Self>) -> Retiring {
+        // Relaxed: a progress count (see `Retiring`'s `Drop`).
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Retiring(Arc::clone(self))
+    }
+}
+
+/// One retired item, counted in [`Pending`] until this drops.
 pub(crate) struct Retiring(Arc<Pending>);
 
-impl Retiring {
-    pub(crate) fn done(self) {
+impl Drop for Retiring {
+    fn drop(&mut self) {
         // Relaxed: a progress count for `reclaim`; it orders nothing.
         self.0 .0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -198,27 +212,23 @@ impl Domain {
         Some(found)
     }
 
-    /// Counts one value box about to be retired; the deferred destructor calls
-    /// [`Retiring::done`].
-    pub(crate) fn retiring(&self) -> Retiring {
-        // Relaxed: a progress count (see `Retiring::done`).
-        self.pending.0.fetch_add(1, Ordering::Relaxed);
-        Retiring(Arc::clone(&self.pending))
+    /// The count of this cache's retired items not yet freed, for whoever retires one.
+    pub(crate) fn pending(&self) -> &Arc<Pending> {
+        &self.pending
     }
 
     /// Runs deferred destructors that no pinned thread can still need: each round pins, moves
     /// this thread's deferred work to the collector and lets it advance the epoch and free
-    /// what expired (a bounded number of bags per round). Rounds go on while retired value
-    /// boxes are still being freed. When no other thread is pinned, that frees
-    /// every value retired so far, however many threads retired them; a thread pinned
-    /// elsewhere holds back only what it could still see.
+    /// what expired (a bounded number of bags per round). Rounds go on until everything
+    /// retired is freed, or until a few rounds in a row free nothing. When no other thread is
+    /// pinned, that frees everything retired so far, however many threads retired it; a
+    /// thread pinned elsewhere holds back only what it could still see.
     pub(crate) fn reclaim(&self) {
-        // Relaxed: a progress count (see `Retiring::done`).
+        // Relaxed: a progress count (see `Retiring`).
         let pending = || self.pending.0.load(Ordering::Relaxed);
         let mut stalled = 0;
         let mut last = pending();
-        // At least `RECLAIM_STALL_ROUNDS` rounds, which also frees unlinked nodes (not counted).
-        while stalled < RECLAIM_STALL_ROUNDS {
+        while last > 0 && stalled < RECLAIM_STALL_ROUNDS {
             let (guard, _) = self.pin();
             guard.flush();
             drop(guard);

@@ -173,9 +173,10 @@ where
         } else {
             1 << 14
         };
+        let domain = Domain::new();
         Self {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Shard::new()))
+                .map(|_| CachePadded::new(Shard::new(Arc::clone(domain.pending()))))
                 .collect(),
             shard_mask: shards - 1,
             hasher,
@@ -183,7 +184,7 @@ where
             listener,
             budget: Budget::new(capacity),
             policy: evict.then(|| S3Fifo::new(expected)),
-            domain: Domain::new(),
+            domain,
         }
     }
 
@@ -684,7 +685,7 @@ where
         let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
-        let pending = self.domain.retiring();
+        let pending = self.domain.pending().retiring();
         let raw = cell as *const V;
         // SAFETY: no new reader can load `raw` (it left the cell); current readers are pinned,
         // and the collector runs the closure once, after the last of them unpins. The cell's
@@ -692,7 +693,7 @@ where
         unsafe {
             guard.defer_unchecked(move || {
                 drop(Arc::from_raw(raw));
-                pending.done();
+                drop(pending);
             })
         };
         value

@@ -50,6 +50,7 @@
 //! it, after every slot is moved. A table's migration starts only when it is the root, so
 //! there are at most two tables in flight.
 
+use super::epoch::Pending;
 use super::node::Node;
 use super::word::{hash_tag, SlotWord, Word, HASH_TAGS};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
@@ -204,6 +205,8 @@ pub(crate) struct Shard<K, V> {
     pub(crate) live: AtomicUsize,
     /// Migrations finished (for tests).
     migrations: AtomicUsize,
+    /// The cache's count of retired items not yet freed (see `Domain::reclaim`).
+    pending: Arc<Pending>,
 }
 
 // SAFETY: a shard owns its tables and, through them, counts of its nodes, which hold `K` and
@@ -215,11 +218,12 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Send for Shard<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K: Eq, V> Shard<K, V> {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(pending: Arc<Pending>) -> Self {
         Self {
             root: Atomic::new(Table::new(MIN_SLOTS)),
             live: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
+            pending,
         }
     }
 
@@ -355,7 +359,7 @@ impl<K: Eq, V> Shard<K, V> {
                         }
                         if let Some(to) = n.forwarded() {
                             // Replaced: swing the slot to the replacement, then look again.
-                            swing(table, i, s, to.resolve(), guard);
+                            swing(table, i, s, to.resolve(), &self.pending, guard);
                             continue;
                         }
                         return Position {
@@ -416,7 +420,7 @@ impl<K: Eq, V> Shard<K, V> {
         if landed && !claim {
             // SAFETY: our CAS took the dead node out of the slot, with the table's count of
             // it (H3).
-            unsafe { retire(pos.current, guard) };
+            unsafe { retire(pos.current, &self.pending, guard) };
         }
         landed
     }
@@ -457,7 +461,7 @@ impl<K: Eq, V> Shard<K, V> {
                                 .is_ok()
                             {
                                 // SAFETY: our CAS took the node out of the slot (H3).
-                                unsafe { retire(s, guard) };
+                                unsafe { retire(s, &self.pending, guard) };
                             }
                             return;
                         }
@@ -585,9 +589,15 @@ impl<K: Eq, V> Shard<K, V> {
         {
             // Relaxed: a statistic.
             self.migrations.fetch_add(1, Ordering::Relaxed);
+            let counted = self.pending.retiring();
             // SAFETY: the root no longer points at `table` and nothing else leads to it, so
             // only threads pinned now can reach it; it is destroyed after they unpin (H3).
-            unsafe { guard.defer_destroy(old) };
+            unsafe {
+                guard.defer_unchecked(move || {
+                    drop(old.into_owned());
+                    drop(counted);
+                })
+            };
         }
     }
 
@@ -791,6 +801,7 @@ fn swing<K, V>(
     i: usize,
     current: Word<'_, Node<K, V>>,
     to: &Node<K, V>,
+    pending: &Arc<Pending>,
     guard: &Guard,
 ) {
     let p = Arc::into_raw(super::node::hold(to));
@@ -804,22 +815,28 @@ fn swing<K, V>(
         guard,
     ) {
         // SAFETY: our CAS took the replaced node out of the slot, with the table's count.
-        Ok(_) => unsafe { retire(current, guard) },
+        Ok(_) => unsafe { retire(current, pending, guard) },
         // SAFETY: the count we took for the slot, never shared.
         Err(_) => drop(unsafe { Arc::from_raw(p) }),
     }
 }
 
-/// Hands a node's table count to the epoch collector.
+/// Hands a node's table count to the epoch collector, counted in `pending` until it is freed.
 ///
 /// # Safety
 /// - The caller's own CAS just took `node` out of a slot, so the table's count of it (H3) is
 ///   released exactly once.
-unsafe fn retire<K, V>(node: Word<'_, Node<K, V>>, guard: &Guard) {
+unsafe fn retire<K, V>(node: Word<'_, Node<K, V>>, pending: &Arc<Pending>, guard: &Guard) {
     let raw = node.as_raw();
+    let counted = pending.retiring();
     // SAFETY: readers that can still reach `raw` are pinned; the closure runs after they
     // unpin. `raw` came from `Arc::into_raw` (I1).
-    unsafe { guard.defer_unchecked(move || drop(Arc::from_raw(raw))) };
+    unsafe {
+        guard.defer_unchecked(move || {
+            drop(Arc::from_raw(raw));
+            drop(counted);
+        })
+    };
 }
 
 impl<K, V> Drop for Shard<K, V> {
