@@ -483,11 +483,12 @@ fn memory(rows: &mut Vec<Row>) {
     // The same with what each cache allocates when it is built for its capacity (200k
     // entries): quick_cache's table, runcache's sketch and ghost, moka's sketch. The maps
     // have no capacity and allocate almost nothing up front, so they are not in this row.
-    fn built_and_filled<C>(build: impl FnOnce() -> C, insert: impl Fn(&C, u64)) -> f64 {
+    // `keys` distinct keys are inserted; the bytes are divided by `N`, the entries held.
+    fn built_and_filled<C>(keys: u64, build: impl FnOnce() -> C, insert: impl Fn(&C, u64)) -> f64 {
         let mut keep = None;
         let b = bytes_per_entry(N, || {
             let c = build();
-            (0..N).for_each(|k| insert(&c, k));
+            (0..keys).for_each(|k| insert(&c, k));
             keep = Some(c);
         });
         drop(keep);
@@ -495,16 +496,19 @@ fn memory(rows: &mut Vec<Row>) {
     }
     let built = [
         built_and_filled(
+            N,
             || runcache::Cache::<u64, u64>::new(2 * N),
             |c, k| {
                 c.insert(k, k).expect("the capacity holds every entry");
             },
         ),
         built_and_filled(
+            N,
             || quick_cache::sync::Cache::<u64, u64>::new(2 * N as usize),
             |c, k| c.insert(k, k),
         ),
         built_and_filled(
+            N,
             || moka::sync::Cache::<u64, u64>::new(2 * N),
             |c, k| {
                 c.insert(k, k);
@@ -533,6 +537,42 @@ fn memory(rows: &mut Vec<Row>) {
         unit: "B",
         runcache: built[0],
         peers: vec![("quick_cache", built[1]), ("moka", built[2])],
+        higher_is_better: false,
+    });
+    // After churn: a full cache of N entries that has evicted nine times its capacity keeps
+    // what its evictions left behind (dead table entries, queue slots, garbage not yet
+    // reclaimed) on top of the live entries.
+    const CHURNED: u64 = 10 * N;
+    let after_churn = [
+        built_and_filled(
+            CHURNED,
+            || runcache::Cache::<u64, u64>::new(N),
+            |c, k| {
+                c.insert(k, k).expect("an evicting cache makes room");
+            },
+        ),
+        built_and_filled(
+            CHURNED,
+            || quick_cache::sync::Cache::<u64, u64>::new(N as usize),
+            |c, k| c.insert(k, k),
+        ),
+        built_and_filled(
+            CHURNED,
+            || moka::sync::Cache::<u64, u64>::new(N),
+            |c, k| {
+                c.insert(k, k);
+                if k == CHURNED - 1 {
+                    c.run_pending_tasks();
+                }
+            },
+        ),
+    ];
+    rows.push(Row {
+        workload: "memory per entry after churn (capacity 100k, 1M keys inserted), bytes"
+            .to_string(),
+        unit: "B",
+        runcache: after_churn[0],
+        peers: vec![("quick_cache", after_churn[1]), ("moka", after_churn[2])],
         higher_is_better: false,
     });
 }

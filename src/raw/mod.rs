@@ -23,9 +23,10 @@
 //!   probe sequence. So each table binds a key to at most one slot.
 //! - **I3 (dead nodes).** A dead node may stay in its slot: readers treat it as absent, and a
 //!   writer of the same key replaces it by CAS. Dead nodes that hold something for waiters
-//!   (an uncached value, an error) are unlinked by the thread that ended the attempt; a
-//!   removed entry is unlinked by its remover; an evicted one stays until its key returns or
-//!   its table migrates (a migration copies only live nodes).
+//!   (an uncached value, an error) are unlinked by the thread that ended the attempt; an
+//!   entry that is removed, cleared or evicted is unlinked by whoever took its value. A node
+//!   still held by its builder (its value published and taken before the builder finished)
+//!   stays until its key returns or its table migrates (a migration copies only live nodes).
 //! - **I4 (liveness).** An entry node is *live* while its slot is `LOADING`, or `READY` with a
 //!   non-null value cell. It never becomes live again once dead. With I2, a key has at most
 //!   one live node in the newest table, and a migration copies a node before any writer may
@@ -707,8 +708,8 @@ where
         }
     }
 
-    /// Removes a live node's value; `None` if someone else removed or replaced it first (the
-    /// eviction policy's victim is that node, not its replacement).
+    /// Removes a live node's value and unlinks the node; `None` if someone else removed or
+    /// replaced it first (the eviction policy's victim is that node, not its replacement).
     ///
     /// The value goes to this thread's epoch bag. A bag reaches the collector only when it
     /// fills or is flushed, so every public operation that retires values flushes once at
@@ -766,6 +767,7 @@ where
         shard.live.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: our CAS took the value out of the cell.
         let value = unsafe { self.retire_value(node, cell, kept, guard) };
+        unlink_dead(node, shard, guard);
         self.notify(node.key(), &value, cause);
         Some(value)
     }
@@ -790,7 +792,6 @@ where
             pred,
         );
         if removed.is_some() {
-            unlink_dead(node.resolve(), shard, &pin.guard);
             pin.stats.bump(Counter::Removal);
             pin.guard.flush();
         }
@@ -824,7 +825,6 @@ where
                         .is_some()
                 {
                     removed += 1;
-                    unlink_dead(node.resolve(), shard, &pin.guard);
                 }
                 go
             });
