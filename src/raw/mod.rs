@@ -292,7 +292,8 @@ where
     /// Hands a node whose value was just published to the policy.
     fn admit(&self, node: Arc<Node<K, V>>) {
         if let Some(policy) = &self.policy {
-            policy.admit(node, || self.len());
+            let (size, capacity) = self.budget.snapshot();
+            policy.admit(node, size >= capacity / 2, || self.len());
         }
     }
 
