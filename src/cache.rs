@@ -533,6 +533,12 @@ where
     /// threads use the cache; `reclaim` makes it happen now for everything no pinned thread
     /// can still see — useful when values hold scarce memory (a GPU buffer) and the cache has
     /// gone quiet. The constant caches call it after every removal.
+    ///
+    /// One exception: a value *evicted* to make room waits in a batch of the thread whose
+    /// insert evicted it (at most 63 such values per thread) until that thread removes or
+    /// replaces an entry, evicts 64 more, calls `reclaim` itself, or exits. Removals, clears
+    /// and shrinks hand their values over at once; evictions do not, because they happen on
+    /// every miss of a full cache and handing over costs an allocation.
     pub fn reclaim(&self) {
         self.raw.reclaim();
     }
