@@ -38,9 +38,10 @@ const RECLAIM_STALL_ROUNDS: usize = 8;
 /// destructor has not run yet.
 ///
 /// Shared with each deferred destructor (which may run after the cache is gone, on whichever
-/// thread collects), so [`Domain::reclaim`] can tell when everything has been freed: every bag
-/// the collector frees holds at least one counted item, so a round that frees a bag lowers
-/// the count.
+/// thread collects), so [`Domain::reclaim`] can tell when everything has been freed. Every bag
+/// of this cache's own retirements holds counted items, so a round that frees one lowers the
+/// count; only bags of crossbeam's own queue nodes (which collecting itself retires) do not,
+/// and those queue up behind the bags they came from.
 #[derive(Default)]
 pub(crate) struct Pending(AtomicU64);
 
