@@ -131,54 +131,63 @@ fn reclaim_frees_what_other_threads_retired_while_a_reader_held_the_epoch_back()
     assert!(c.is_empty());
 }
 
-/// A key that counts its drops.
-struct CountedKey(u64, Arc<AtomicUsize>);
+/// Not under `--cfg runcache_stress`: its tables migrate two slots per write, so a migration
+/// may still be under way when the entry is evicted, and a slot that a migration has frozen
+/// is left to it (the old table keeps its count of the node until the table itself is
+/// retired). With the normal 128-slot chunks, a table this small moves in one step.
+#[cfg(not(runcache_stress))]
+mod evicted_keys {
+    use super::*;
 
-impl PartialEq for CountedKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
+    /// A key that counts its drops.
+    struct CountedKey(u64, Arc<AtomicUsize>);
+
+    impl PartialEq for CountedKey {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
     }
-}
 
-impl Eq for CountedKey {}
+    impl Eq for CountedKey {}
 
-impl std::hash::Hash for CountedKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+    impl std::hash::Hash for CountedKey {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            self.0.hash(state);
+        }
     }
-}
 
-impl Drop for CountedKey {
-    fn drop(&mut self) {
-        self.1.fetch_add(1, Ordering::SeqCst);
+    impl Drop for CountedKey {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
     }
-}
 
-#[test]
-fn an_evicted_entry_gives_back_its_key_at_once_not_at_the_next_table_growth() {
-    let keys = drops();
-    let c = Cache::<CountedKey, u64>::builder()
-        .capacity(10)
-        .shards(1)
-        .build()
-        .unwrap();
-    for k in 0..10 {
-        c.insert(CountedKey(k, Arc::clone(&keys)), k).unwrap();
+    #[test]
+    fn an_evicted_entry_gives_back_its_key_at_once_not_at_the_next_table_growth() {
+        let keys = drops();
+        let c = Cache::<CountedKey, u64>::builder()
+            .capacity(10)
+            .shards(1)
+            .build()
+            .unwrap();
+        for k in 0..10 {
+            c.insert(CountedKey(k, Arc::clone(&keys)), k).unwrap();
+        }
+        c.reclaim();
+        let (dropped, migrations) = (keys.load(Ordering::SeqCst), c.__migrations());
+        // One more key: the cache evicts one entry, in a table with room to spare.
+        c.insert(CountedKey(10, Arc::clone(&keys)), 10).unwrap();
+        assert_eq!(c.len(), 10);
+        assert_eq!(c.__migrations(), migrations, "the table did not grow");
+        c.reclaim();
+        assert_eq!(
+            keys.load(Ordering::SeqCst),
+            dropped + 1,
+            "the evicted entry's key is dropped once reclaimed"
+        );
+        drop(c);
+        assert_eq!(keys.load(Ordering::SeqCst), 11, "every key dropped once");
     }
-    c.reclaim();
-    let (dropped, migrations) = (keys.load(Ordering::SeqCst), c.__migrations());
-    // One more key: the cache evicts one entry, in a table with room to spare.
-    c.insert(CountedKey(10, Arc::clone(&keys)), 10).unwrap();
-    assert_eq!(c.len(), 10);
-    assert_eq!(c.__migrations(), migrations, "the table did not grow");
-    c.reclaim();
-    assert_eq!(
-        keys.load(Ordering::SeqCst),
-        dropped + 1,
-        "the evicted entry's key is dropped once reclaimed"
-    );
-    drop(c);
-    assert_eq!(keys.load(Ordering::SeqCst), 11, "every key dropped once");
 }
 
 #[test]
