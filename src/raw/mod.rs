@@ -25,8 +25,9 @@
 //!   writer of the same key replaces it by CAS. Dead nodes that hold something for waiters
 //!   (an uncached value, an error) are unlinked by the thread that ended the attempt; an
 //!   entry that is removed, cleared or evicted is unlinked by whoever took its value. A node
-//!   still held by its builder (its value published and taken before the builder finished)
-//!   stays until its key returns or its table migrates (a migration copies only live nodes).
+//!   still held by its builder (its value published and taken before the builder finished),
+//!   or whose slot a migration has frozen, stays until its key returns or its table migrates
+//!   (a migration copies only live nodes).
 //! - **I4 (liveness).** An entry node is *live* while its slot is `LOADING`, or `READY` with a
 //!   non-null value cell. It never becomes live again once dead. With I2, a key has at most
 //!   one live node in the newest table, and a migration copies a node before any writer may
