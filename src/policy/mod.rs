@@ -217,7 +217,7 @@ impl<T: Queued> S3Fifo<T> {
     /// does before half full, cost P3 at 5% about 0.3 points (`docs/DESIGN.md`).
     pub(crate) fn admit(&self, entry: T, warm: bool, live: impl FnOnce() -> usize) {
         let meta = entry.meta();
-        let remembered = warm && {
+        let meta_bits = if warm {
             // The miss that led here counts as an access.
             self.sketch.add(entry.hash(), 1);
             // The ghost is direct-mapped and lossy: a collision only costs a misplaced entry.
@@ -225,9 +225,8 @@ impl<T: Queued> S3Fifo<T> {
             // the main one like an entry that was hit (through the duel when the main queue
             // is full), but it has no hits of its own to skip the duel with.
             // Relaxed: hints.
-            self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == fingerprint(entry.hash())
-        };
-        let meta_bits = if warm {
+            let remembered =
+                self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == fingerprint(entry.hash());
             u8::from(remembered)
         } else {
             UNRECORDED

@@ -46,17 +46,27 @@ const RECLAIM_STALL_ROUNDS: usize = 8;
 pub(crate) struct Pending(AtomicU64);
 
 impl Pending {
-    /// Counts one item about to be retired; the deferred destructor drops the [`Retiring`]
-    /// after it has freed the item.
-    pub(crate) fn retiring(self: &Arc<Self>) -> Retiring {
+    /// Hands `free` to `guard`'s collector, counted here until it has run.
+    ///
+    /// # Safety
+    /// As [`Guard::defer_unchecked`]: `free` may run on any thread once no thread pinned now
+    /// is pinned any more, and must be sound then.
+    pub(crate) unsafe fn defer(self: &Arc<Self>, guard: &Guard, free: impl FnOnce()) {
         // Relaxed: a progress count (see `Retiring`'s `Drop`).
         self.0.fetch_add(1, Ordering::Relaxed);
-        Retiring(Arc::clone(self))
+        let counted = Retiring(Arc::clone(self));
+        // SAFETY: the caller's contract; the count only drops after `free` has run.
+        unsafe {
+            guard.defer_unchecked(move || {
+                free();
+                drop(counted);
+            })
+        };
     }
 }
 
 /// One retired item, counted in [`Pending`] until this drops.
-pub(crate) struct Retiring(Arc<Pending>);
+struct Retiring(Arc<Pending>);
 
 impl Drop for Retiring {
     fn drop(&mut self) {

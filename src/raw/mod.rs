@@ -688,16 +688,14 @@ where
         let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
-        let pending = self.domain.pending().retiring();
         let raw = cell as *const V;
         // SAFETY: no new reader can load `raw` (it left the cell); current readers are pinned,
         // and the collector runs the closure once, after the last of them unpins. The cell's
         // count came from `Arc::into_raw` and is released once, here.
         unsafe {
-            guard.defer_unchecked(move || {
-                drop(Arc::from_raw(raw));
-                drop(pending);
-            })
+            self.domain
+                .pending()
+                .defer(guard, move || drop(Arc::from_raw(raw)))
         };
         value
     }

@@ -589,15 +589,9 @@ impl<K: Eq, V> Shard<K, V> {
         {
             // Relaxed: a statistic.
             self.migrations.fetch_add(1, Ordering::Relaxed);
-            let counted = self.pending.retiring();
             // SAFETY: the root no longer points at `table` and nothing else leads to it, so
             // only threads pinned now can reach it; it is destroyed after they unpin (H3).
-            unsafe {
-                guard.defer_unchecked(move || {
-                    drop(old.into_owned());
-                    drop(counted);
-                })
-            };
+            unsafe { self.pending.defer(guard, move || drop(old.into_owned())) };
         }
     }
 
@@ -828,15 +822,9 @@ fn swing<K, V>(
 ///   released exactly once.
 unsafe fn retire<K, V>(node: Word<'_, Node<K, V>>, pending: &Arc<Pending>, guard: &Guard) {
     let raw = node.as_raw();
-    let counted = pending.retiring();
     // SAFETY: readers that can still reach `raw` are pinned; the closure runs after they
     // unpin. `raw` came from `Arc::into_raw` (I1).
-    unsafe {
-        guard.defer_unchecked(move || {
-            drop(Arc::from_raw(raw));
-            drop(counted);
-        })
-    };
+    unsafe { pending.defer(guard, move || drop(Arc::from_raw(raw))) };
 }
 
 impl<K, V> Drop for Shard<K, V> {
