@@ -54,7 +54,8 @@ use super::epoch::Pending;
 use super::node::Node;
 use super::word::{hash_tag, SlotWord, Word, HASH_TAGS};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
-use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::{Atomic, Guard, Owned, Pointable, Shared};
+use std::alloc::{self, Layout};
 use std::sync::Arc;
 
 /// The node may not change any more; it is being copied to the next table.
@@ -83,9 +84,15 @@ const IN_FLIGHT: u64 = 1 << 32;
 /// `Table::used`, bit 63: migration has begun; no claim may be reserved any more.
 const MIGRATING: u64 = 1 << 63;
 
-struct Table<K, V> {
+/// A table: its header and, in the same allocation, its slots, so a probe reaches a slot
+/// from the table's address without loading a pointer to a separate array. `S` is the slot
+/// array: `[SlotWord; 0]` for [`TableHead`], the header alone (which gives the layout), and
+/// a slice for [`Table`], which crossbeam-epoch allocates through [`Pointable`].
+#[repr(C)]
+struct TableOf<K, V, S: ?Sized> {
+    /// The slot count less one (the slot count is a power of two). First: [`Pointable::deref`]
+    /// reads it to rebuild the slice's length.
     mask: usize,
-    slots: Box<[SlotWord<Node<K, V>>]>,
     /// Claims, claims in flight and the `MIGRATING` bit, in one word (**H4**).
     used: AtomicU64,
     /// The table this one migrates into; null until migration starts.
@@ -94,21 +101,109 @@ struct Table<K, V> {
     claimed: AtomicUsize,
     /// Slots moved so far.
     moved: AtomicUsize,
+    slots: S,
 }
 
+/// A table with its slots.
+type Table<K, V> = TableOf<K, V, [SlotWord<Node<K, V>>]>;
+
+/// A table's header, sized: the layout of what precedes the slots.
+type TableHead<K, V> = TableOf<K, V, [SlotWord<Node<K, V>>; 0]>;
+
 impl<K, V> Table<K, V> {
-    fn new(slots: usize) -> Self {
+    /// The layout of a table of `slots` slots: the header, then the slots.
+    fn layout(slots: usize) -> Layout {
+        Layout::new::<TableHead<K, V>>()
+            .extend(Layout::array::<SlotWord<Node<K, V>>>(slots).expect("a table's size fits"))
+            .expect("a table's size fits")
+            .0
+            .pad_to_align()
+    }
+}
+
+/// `init` returns an allocation of `layout(slots)` holding an initialized header and `slots`
+/// initialized slot words, aligned to `ALIGN`; `deref` rebuilds the slice's length from the
+/// header, which never changes; `drop` frees with the layout of that same value.
+impl<K, V> Pointable for Table<K, V> {
+    const ALIGN: usize = std::mem::align_of::<TableHead<K, V>>();
+
+    /// The slot count, a power of two of at least `MIN_SLOTS`.
+    type Init = usize;
+
+    unsafe fn init(slots: usize) -> usize {
         debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
-        Self {
-            mask: slots - 1,
-            slots: (0..slots).map(|_| SlotWord::null()).collect(),
-            used: AtomicU64::new(0),
-            next: Atomic::null(),
-            claimed: AtomicUsize::new(0),
-            moved: AtomicUsize::new(0),
+        let layout = Self::layout(slots);
+        // SAFETY: the layout has a non-zero size (the header's).
+        let head = unsafe { alloc::alloc(layout) }.cast::<TableHead<K, V>>();
+        if head.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `head` is a fresh allocation of `layout`, which starts with the header and
+        // continues with room for `slots` slot words, right after it (`repr(C)`).
+        unsafe {
+            head.write(TableOf {
+                mask: slots - 1,
+                used: AtomicU64::new(0),
+                next: Atomic::null(),
+                claimed: AtomicUsize::new(0),
+                moved: AtomicUsize::new(0),
+                slots: [],
+            });
+            let first = std::ptr::addr_of_mut!((*head).slots).cast::<SlotWord<Node<K, V>>>();
+            for i in 0..slots {
+                first.add(i).write(SlotWord::null());
+            }
+        }
+        debug_assert_eq!(
+            // SAFETY: initialized above.
+            Layout::for_value(unsafe { Self::deref(head as usize) }),
+            layout
+        );
+        head as usize
+    }
+
+    unsafe fn deref<'a>(ptr: usize) -> &'a Self {
+        // SAFETY: `ptr` came from `init` and is not freed (the caller's contract); `mask` is
+        // the header's first field, written once by `init`.
+        unsafe {
+            let mask = *(ptr as *const usize);
+            &*(std::ptr::slice_from_raw_parts(ptr as *const SlotWord<Node<K, V>>, mask + 1)
+                as *const Self)
         }
     }
 
+    unsafe fn deref_mut<'a>(ptr: usize) -> &'a mut Self {
+        // SAFETY: as in `deref`; the caller holds the only reference.
+        unsafe {
+            let mask = *(ptr as *const usize);
+            &mut *(std::ptr::slice_from_raw_parts_mut(ptr as *mut SlotWord<Node<K, V>>, mask + 1)
+                as *mut Self)
+        }
+    }
+
+    unsafe fn drop(ptr: usize) {
+        // SAFETY: the caller owns the table: no thread reaches it any more (it was retired
+        // through the epoch, never shared, or the shard is dropping).
+        let table = unsafe { Self::deref_mut(ptr) };
+        for slot in table.slots.iter() {
+            // SAFETY: as above, nothing else reads the slot.
+            let p = slot.load(Ordering::Relaxed, unsafe { crossbeam_epoch::unprotected() });
+            if !p.is_null() {
+                // SAFETY: the table's strong count of every node it points at (H3).
+                drop(unsafe { Arc::from_raw(p.as_raw()) });
+            }
+        }
+        let layout = Layout::for_value(table);
+        // SAFETY: the table was initialized by `init` in an allocation of this layout, and is
+        // not used again.
+        unsafe {
+            std::ptr::drop_in_place(table as *mut Self);
+            alloc::dealloc(ptr as *mut u8, layout);
+        }
+    }
+}
+
+impl<K, V> Table<K, V> {
     #[inline]
     fn len(&self) -> usize {
         self.mask + 1
@@ -173,20 +268,6 @@ impl<K, V> Table<K, V> {
     }
 }
 
-impl<K, V> Drop for Table<K, V> {
-    fn drop(&mut self) {
-        for slot in self.slots.iter() {
-            // SAFETY: `&mut self`: no thread reaches the table any more (it was retired
-            // through the epoch, or the shard is dropping).
-            let p = slot.load(Ordering::Relaxed, unsafe { crossbeam_epoch::unprotected() });
-            if !p.is_null() {
-                // SAFETY: the table's strong count of every node it points at (H3).
-                drop(unsafe { Arc::from_raw(p.as_raw()) });
-            }
-        }
-    }
-}
-
 /// Where a key stands in the newest table: `slot` is its slot or the `EMPTY` slot to claim
 /// for it, `current` what that slot held, `found` the key's node if it is live.
 pub(crate) struct Position<'g, K, V> {
@@ -220,7 +301,7 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 impl<K: Eq, V> Shard<K, V> {
     pub(crate) fn new(pending: Arc<Pending>) -> Self {
         Self {
-            root: Atomic::new(Table::new(MIN_SLOTS)),
+            root: Atomic::init(MIN_SLOTS),
             live: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
             pending,
@@ -519,7 +600,7 @@ impl<K: Eq, V> Shard<K, V> {
             .saturating_mul(4)
             .next_power_of_two()
             .max(MIN_SLOTS);
-        let new = Owned::new(Table::new(slots));
+        let new = Owned::<Table<K, V>>::init(slots);
         // Release: pairs with the Acquire load in `Table::next`, publishing the new table.
         let _ = table.next.compare_exchange(
             Shared::null(),
@@ -573,18 +654,22 @@ impl<K: Eq, V> Shard<K, V> {
 
     /// Makes `next` the root in place of `table`, whose slots are all moved, and retires it.
     fn advance(&self, table: &Table<K, V>, next: &Table<K, V>, guard: &Guard) {
-        let old = Shared::from(table as *const Table<K, V>);
+        // Acquire: as in `root`. A root that is not `table` any more was advanced by another
+        // thread.
+        let old = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: as in `root`.
+        if !std::ptr::addr_eq(unsafe { old.deref() }, table) {
+            return;
+        }
+        // Relaxed: the caller reached `next` through this pointer with Acquire already.
+        let new = table.next.load(Ordering::Relaxed, guard);
+        // SAFETY: a table's successor outlives the guard (see `Table::next`).
+        debug_assert!(unsafe { new.as_ref() }.is_some_and(|n| std::ptr::addr_eq(n, next)));
         // Release: pairs with the Acquire load in `root`, publishing the copies. Relaxed on
         // failure: another thread advanced it first.
         if self
             .root
-            .compare_exchange(
-                old,
-                Shared::from(next as *const Table<K, V>),
-                Ordering::Release,
-                Ordering::Relaxed,
-                guard,
-            )
+            .compare_exchange(old, new, Ordering::Release, Ordering::Relaxed, guard)
             .is_ok()
         {
             // Relaxed: a statistic.
