@@ -294,8 +294,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let pin = self.raw.pin();
-        self.raw.get(key, &pin).map(crate::raw::arc_of)
+        self.raw
+            .lookup(key, |k| k.borrow() == key, |v| v.map(crate::raw::arc_of))
     }
 
     /// The cached value of the key `eq` accepts, found by a `probe` that hashes exactly as that
@@ -306,8 +306,7 @@ where
         probe: &Q,
         eq: impl Fn(&K) -> bool,
     ) -> Option<Arc<V>> {
-        let pin = self.raw.pin();
-        self.raw.get_eq(probe, eq, &pin).map(crate::raw::arc_of)
+        self.raw.lookup(probe, eq, |v| v.map(crate::raw::arc_of))
     }
 
     /// Pins the cache on this thread for a run of reads that touch no reference count; see
@@ -325,8 +324,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let pin = self.raw.pin();
-        self.raw.get(key, &pin).is_some()
+        self.raw.lookup(key, |k| k.borrow() == key, |v| v.is_some())
     }
 
     /// Caches `value` under `key`, replacing (and returning) any cached value.

@@ -201,6 +201,14 @@ where
         }
     }
 
+    /// Pins for work on `hash`'s entry in `shard`, prefetching the key's first slot before
+    /// the pin, whose full fence would otherwise hold its load back (see `Shard::prefetch`).
+    #[inline(always)]
+    fn pin_for(&self, shard: &Shard<K, V>, hash: u64) -> Pin<'_> {
+        shard.prefetch(hash);
+        self.pin()
+    }
+
     /// See [`Domain::reclaim`].
     pub(crate) fn reclaim(&self) {
         self.domain.reclaim();
@@ -332,7 +340,35 @@ where
     where
         Q: Hash + ?Sized,
     {
+        self.get_hashed(self.hash(probe), eq, pin)
+    }
+
+    /// Looks up the key that `eq` accepts, whose hash `probe` gives, under a pin of its own,
+    /// and hands what it found to `then`. The key's first slot is prefetched before the pin,
+    /// whose full fence would otherwise hold its load back (see `Shard::prefetch`).
+    #[inline(always)]
+    pub(crate) fn lookup<Q, R>(
+        &self,
+        probe: &Q,
+        eq: impl Fn(&K) -> bool,
+        then: impl FnOnce(Option<&V>) -> R,
+    ) -> R
+    where
+        Q: Hash + ?Sized,
+    {
         let hash = self.hash(probe);
+        let pin = self.pin_for(self.shard(hash), hash);
+        then(self.get_hashed(hash, eq, &pin))
+    }
+
+    /// [`get_eq`](Self::get_eq) for a hash already computed.
+    #[inline(always)]
+    fn get_hashed<'g>(
+        &'g self,
+        hash: u64,
+        eq: impl Fn(&K) -> bool,
+        pin: &'g Pin<'_>,
+    ) -> Option<&'g V> {
         let found = self
             .shard(hash)
             .find_bound(hash, eq, &pin.guard)
@@ -361,7 +397,7 @@ where
         let mut key = Some(key);
         let mut counted = false;
         loop {
-            let pin = self.pin();
+            let pin = self.pin_for(shard, hash);
             let eq = |k: &K| match (&key, mine) {
                 (Some(q), _) => k == q,
                 // SAFETY: `mine` is ours (unlinked, or linked with our own count) and alive.
@@ -561,7 +597,7 @@ where
         let mut value = Some(Arc::new(value));
         let mut key = Some(key);
         loop {
-            let pin = self.pin();
+            let pin = self.pin_for(shard, hash);
             let q = key
                 .as_ref()
                 .expect("the key is back in hand at every retry");
@@ -780,7 +816,7 @@ where
     {
         let hash = self.hash(key);
         let shard = self.shard(hash);
-        let pin = self.pin();
+        let pin = self.pin_for(shard, hash);
         let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
         let removed = self.take_if(
             node,

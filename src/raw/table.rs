@@ -282,6 +282,10 @@ pub(crate) struct Position<'g, K, V> {
 /// One shard of the cache.
 pub(crate) struct Shard<K, V> {
     root: Atomic<Table<K, V>>,
+    /// The root's first slot and its mask, as plain numbers: a hint that `prefetch` reads
+    /// without a pin, never dereferenced. Stored after the root changes, so it may lag.
+    hint_slots: AtomicUsize,
+    hint_mask: AtomicUsize,
     /// Entries with a cached value (`len`).
     pub(crate) live: AtomicUsize,
     /// Migrations finished (for tests).
@@ -300,12 +304,47 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K: Eq, V> Shard<K, V> {
     pub(crate) fn new(pending: Arc<Pending>) -> Self {
-        Self {
+        let shard = Self {
             root: Atomic::init(MIN_SLOTS),
+            hint_slots: AtomicUsize::new(0),
+            hint_mask: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
             pending,
+        };
+        // SAFETY: the shard is not shared yet.
+        shard.set_hint(shard.root(unsafe { crossbeam_epoch::unprotected() }));
+        shard
+    }
+
+    /// Records where `table`, the root now, keeps its slots (see `prefetch`).
+    fn set_hint(&self, table: &Table<K, V>) {
+        // Relaxed: a hint; nothing is read through it.
+        self.hint_slots
+            .store(table.slots.as_ptr() as usize, Ordering::Relaxed);
+        self.hint_mask.store(table.mask, Ordering::Relaxed);
+    }
+
+    /// Asks the CPU to start loading the slot where a probe for `hash` begins, before the
+    /// caller pins: the pin's full fence stops later loads, but not a prefetch already
+    /// issued, so the slot's line arrives while the fence drains. A prefetch neither faults
+    /// nor reads anything into the program, so a stale hint (the table was replaced, even
+    /// freed) costs only a useless prefetch.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        #[cfg(all(target_arch = "x86_64", not(runcache_loom)))]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Relaxed: a hint.
+            let base = self.hint_slots.load(Ordering::Relaxed);
+            let mask = self.hint_mask.load(Ordering::Relaxed);
+            let addr = base.wrapping_add((hash as usize & mask) * std::mem::size_of::<usize>());
+            // SAFETY: `prefetch` is a hint to the cache: it never faults and reads nothing
+            // into the program, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
         }
+        #[cfg(not(all(target_arch = "x86_64", not(runcache_loom))))]
+        let _ = hash;
     }
 
     #[inline(always)]
@@ -672,6 +711,7 @@ impl<K: Eq, V> Shard<K, V> {
             .compare_exchange(old, new, Ordering::Release, Ordering::Relaxed, guard)
             .is_ok()
         {
+            self.set_hint(next);
             // Relaxed: a statistic.
             self.migrations.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the root no longer points at `table` and nothing else leads to it, so
