@@ -288,6 +288,7 @@ where
                     RemovalCause::Capacity,
                     false,
                     kept,
+                    false,
                     |_| true,
                 )
                 .is_some()
@@ -724,16 +725,24 @@ where
         let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
-        let raw = cell as *const V;
-        // SAFETY: no new reader can load `raw` (it left the cell); current readers are pinned,
-        // and the collector runs the closure once, after the last of them unpins. The cell's
-        // count came from `Arc::into_raw` and is released once, here.
+        // SAFETY: the caller's contract.
+        unsafe { self.defer_value(cell as *const V, guard) };
+        value
+    }
+
+    /// Releases a value's count once the readers pinned now have unpinned.
+    ///
+    /// # Safety
+    /// - `raw` is a count from `Arc::into_raw` that the caller owns, taken out of a cell by
+    ///   the caller's own CAS (so no new reader can load it), released nowhere else.
+    unsafe fn defer_value(&self, raw: *const V, guard: &Guard) {
+        // SAFETY: current readers are pinned, and the collector runs the closure once, after
+        // the last of them unpins.
         unsafe {
             self.domain
                 .pending()
                 .defer(guard, move || drop(Arc::from_raw(raw)))
         };
-        value
     }
 
     /// Tells the listener, if any, that `value` left the cache. It runs after the cache is
@@ -757,13 +766,18 @@ where
         shard: &Shard<K, V>,
         guard: &Guard,
         cause: RemovalCause,
-    ) -> Option<Arc<V>> {
-        self.take_if(node, shard, guard, cause, false, 0, |_| true)
+    ) -> bool {
+        self.take_if(node, shard, guard, cause, false, 0, false, |_| true)
+            .is_some()
     }
 
     /// [`take`](Self::take), only if `pred` accepts the value cached at that moment; with
     /// `follow`, a replaced node's replacement is taken instead (a removal by key). `kept`
     /// (at most the node's weight) stays reserved for the caller instead of being released.
+    ///
+    /// `None` if nothing was taken; else the value, as an `Arc` of its own, if `hand_back`
+    /// asks for it. A caller that only evicts does not, and when no listener needs it
+    /// either, no reference count of the value is written here.
     #[allow(clippy::too_many_arguments)]
     fn take_if(
         &self,
@@ -773,8 +787,9 @@ where
         cause: RemovalCause,
         follow: bool,
         kept: u64,
+        hand_back: bool,
         pred: impl Fn(&Arc<V>) -> bool,
-    ) -> Option<Arc<V>> {
+    ) -> Option<Option<Arc<V>>> {
         let mut node = node;
         let mut cell = node.cell();
         loop {
@@ -801,10 +816,27 @@ where
         }
         // Relaxed: a size statistic.
         shard.live.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: our CAS took the value out of the cell.
-        let value = unsafe { self.retire_value(node, cell, kept, guard) };
-        unlink_dead(node, shard, guard);
-        self.notify(node.key(), &value, cause);
+        let value = (hand_back || self.listener.is_some())
+            .then(|| arc_of(value_of::<V>(cell).expect("a value was taken out of the cell")));
+        // The CAS that took the value acquired its publication, weight included.
+        self.budget.release(node.acquired_weight() - kept);
+        let raw = cell as *const V;
+        // Unless a builder still holds the node (`LOADING`: its value was published and
+        // taken before the builder finished), unlink it, retiring the value's count with it.
+        let alone = if node.is_live(guard) {
+            Some(raw)
+        } else {
+            // SAFETY: our CAS took the value out of the cell: no new reader can load it, and
+            // its count is ours to retire, once.
+            unsafe { shard.unlink_with(node, Some(raw), guard) }
+        };
+        if let Some(raw) = alone {
+            // SAFETY: as above; the node was not unlinked here, so the value goes alone.
+            unsafe { self.defer_value(raw, guard) };
+        }
+        if let Some(value) = &value {
+            self.notify(node.key(), value, cause);
+        }
         Some(value)
     }
 
@@ -825,13 +857,14 @@ where
             RemovalCause::Removed,
             true,
             0,
+            true,
             pred,
-        );
-        if removed.is_some() {
+        )?;
+        {
             pin.stats.bump(Counter::Removal);
             pin.guard.flush();
         }
-        removed
+        Some(removed.expect("a removal by key hands the value back"))
     }
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
@@ -857,7 +890,7 @@ where
                 go = more();
                 if go
                     && self
-                        .take_if(node, shard, &pin.guard, cause, true, 0, |_| true)
+                        .take_if(node, shard, &pin.guard, cause, true, 0, false, |_| true)
                         .is_some()
                 {
                     removed += 1;
@@ -913,7 +946,7 @@ where
                     break;
                 }
                 let taken = self.take(node, shard, &pin.guard, RemovalCause::Capacity);
-                removed += usize::from(taken.is_some());
+                removed += usize::from(taken);
             }
             if removed > 0 {
                 pin.guard.flush();
@@ -1086,14 +1119,5 @@ where
         if !self.done {
             self.cache.abandon(self.node, self.shard);
         }
-    }
-}
-
-/// Unlinks a node whose value this thread just removed, unless a builder still holds it
-/// (`LOADING`: its value was published and taken before the builder finished); such a node
-/// stays linked, dead, until its key is inserted again or its table migrates.
-fn unlink_dead<K: Eq, V>(node: &Node<K, V>, shard: &Shard<K, V>, guard: &Guard) {
-    if !node.is_live(guard) {
-        shard.unlink(node, guard);
     }
 }

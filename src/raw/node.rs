@@ -398,7 +398,13 @@ mod tests {
     #[test]
     fn is_value_agrees_with_untagged_and_not_null() {
         let plain = |c: usize| c != 0 && c & TAGS == 0;
-        let mut words = vec![0, usize::MAX, usize::MAX & !TAGS, 1 << 63, (1 << 63) | FORWARD];
+        let mut words = vec![
+            0,
+            usize::MAX,
+            usize::MAX & !TAGS,
+            1 << 63,
+            (1 << 63) | FORWARD,
+        ];
         for base in [0usize, 8, 16, 4096, 0x7fff_ffff_fff8, usize::MAX & !TAGS] {
             for tag in 0..=TAGS {
                 words.push(base | tag);

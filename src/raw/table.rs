@@ -540,7 +540,7 @@ impl<K: Eq, V> Shard<K, V> {
         if landed && !claim {
             // SAFETY: our CAS took the dead node out of the slot, with the table's count of
             // it (H3).
-            unsafe { retire(pos.current, &self.pending, guard) };
+            unsafe { retire(pos.current, None, &self.pending, guard) };
         }
         landed
     }
@@ -548,6 +548,25 @@ impl<K: Eq, V> Shard<K, V> {
     /// Unlinks a dead node, if it is still where it was linked (its slot turns `TOMB`). A
     /// node that a migration has frozen is left to it: the copy skips dead nodes.
     pub(crate) fn unlink(&self, node: &Node<K, V>, guard: &Guard) {
+        // SAFETY: no value comes along.
+        let _ = unsafe { self.unlink_with(node, None, guard) };
+    }
+
+    /// [`unlink`](Self::unlink), retiring `value` (a count of a value just taken out of the
+    /// node's cell) together with the node if this call unlinks it: one deferred destructor
+    /// instead of two. Returns `value` when it was not retired (the node was not unlinked
+    /// here), for the caller to retire.
+    ///
+    /// # Safety
+    /// - `value`, if any, is a count from `Arc::into_raw` that the caller owns and that no
+    ///   new reader can reach (it left the cell), to be released once readers pinned now
+    ///   have unpinned.
+    pub(crate) unsafe fn unlink_with(
+        &self,
+        node: &Node<K, V>,
+        value: Option<*const V>,
+        guard: &Guard,
+    ) -> Option<*const V> {
         debug_assert!(!node.is_live(guard), "only dead nodes are unlinked (H1)");
         let mut table = self.root(guard);
         'tables: loop {
@@ -561,10 +580,10 @@ impl<K: Eq, V> Shard<K, V> {
                                 table = next;
                                 continue 'tables;
                             }
-                            None => return,
+                            None => return value,
                         }
                     }
-                    return;
+                    return value;
                 }
                 if std::ptr::eq(s.as_raw(), node) {
                     match s.tag() {
@@ -580,24 +599,26 @@ impl<K: Eq, V> Shard<K, V> {
                                 )
                                 .is_ok()
                             {
-                                // SAFETY: our CAS took the node out of the slot (H3).
-                                unsafe { retire(s, &self.pending, guard) };
+                                // SAFETY: our CAS took the node out of the slot (H3); the
+                                // caller's contract covers `value`.
+                                unsafe { retire(s, value, &self.pending, guard) };
+                                return None;
                             }
-                            return;
+                            return value;
                         }
                         MOVED => match table.next(guard) {
                             Some(next) => {
                                 table = next;
                                 continue 'tables;
                             }
-                            None => return,
+                            None => return value,
                         },
-                        _ => return,
+                        _ => return value,
                     }
                 }
                 i = (i + 1) & table.mask;
             }
-            return;
+            return value;
         }
     }
 
@@ -934,7 +955,7 @@ fn swing<K, V>(
         guard,
     ) {
         // SAFETY: our CAS took the replaced node out of the slot, with the table's count.
-        Ok(_) => unsafe { retire(current, pending, guard) },
+        Ok(_) => unsafe { retire(current, None, pending, guard) },
         // SAFETY: the count we took for the slot, never shared.
         Err(_) => drop(unsafe { Arc::from_raw(p) }),
     }
@@ -942,14 +963,32 @@ fn swing<K, V>(
 
 /// Hands a node's table count to the epoch collector, counted in `pending` until it is freed.
 ///
+/// Retires a node taken out of a slot, and `value` with it.
+///
 /// # Safety
 /// - The caller's own CAS just took `node` out of a slot, so the table's count of it (H3) is
 ///   released exactly once.
-unsafe fn retire<K, V>(node: Word<'_, Node<K, V>>, pending: &Arc<Pending>, guard: &Guard) {
+/// - `value`, if any, is as [`Shard::unlink_with`] requires.
+unsafe fn retire<K, V>(
+    node: Word<'_, Node<K, V>>,
+    value: Option<*const V>,
+    pending: &Arc<Pending>,
+    guard: &Guard,
+) {
     let raw = node.as_raw();
-    // SAFETY: readers that can still reach `raw` are pinned; the closure runs after they
-    // unpin. `raw` came from `Arc::into_raw` (I1).
-    unsafe { pending.defer(guard, move || drop(Arc::from_raw(raw))) };
+    // Null for none: two words, so that with `Pending`'s count the closure still fits
+    // crossbeam's inline storage (three words) instead of a boxed allocation.
+    let value = value.unwrap_or(std::ptr::null());
+    // SAFETY: readers that can still reach `raw` or `value` are pinned; the closure runs
+    // after they unpin. Both came from `Arc::into_raw` (I1, I6).
+    unsafe {
+        pending.defer(guard, move || {
+            drop(Arc::from_raw(raw));
+            if !value.is_null() {
+                drop(Arc::from_raw(value));
+            }
+        })
+    };
 }
 
 impl<K, V> Drop for Shard<K, V> {
