@@ -162,6 +162,44 @@ pub(crate) trait Queued {
     fn id(&self) -> usize;
 }
 
+/// How many entries one pass of [`S3Fifo::victim`] (and each main-queue search in it) may
+/// look at. Every entry can be passed over at most `MAX_FREQ + 1` times before it is evicted,
+/// so the limit only stops a pass that other threads keep refilling: four times the queued
+/// entries, plus 16. Counting the queues reads their shared ends, so it is counted only once
+/// a pass has taken 16 steps, which few do.
+struct PassLimit<'a, T> {
+    queues: &'a S3Fifo<T>,
+    counted: Cell<Option<usize>>,
+}
+
+impl<'a, T: Queued> PassLimit<'a, T> {
+    /// The steps every pass may take without counting.
+    const FREE: usize = 16;
+
+    fn new(queues: &'a S3Fifo<T>) -> Self {
+        Self {
+            queues,
+            counted: Cell::new(None),
+        }
+    }
+
+    /// Whether a pass that has taken `steps` steps may take another.
+    #[inline]
+    fn allows(&self, steps: usize) -> bool {
+        steps < Self::FREE || steps < self.limit()
+    }
+
+    fn limit(&self) -> usize {
+        if let Some(limit) = self.counted.get() {
+            return limit;
+        }
+        let q = self.queues;
+        let limit = 4 * (q.small.len() + q.main.len() + q.front.len()) + Self::FREE;
+        self.counted.set(Some(limit));
+        limit
+    }
+}
+
 /// The S3-FIFO queues of one cache.
 pub(crate) struct S3Fifo<T> {
     small: SegQueue<T>,
@@ -248,8 +286,10 @@ impl<T: Queued> S3Fifo<T> {
     /// through for another round keep counting too. Otherwise a concurrent evictor would see
     /// the main queue short of what it holds, find "room" that is not there, and let
     /// newcomers in without their duel (which cost P3 up to 3.7 points on 2 threads).
-    fn main_victim(&self, bound: usize) -> Option<T> {
-        for _ in 0..bound {
+    fn main_victim(&self, limit: &PassLimit<'_, T>) -> Option<T> {
+        let mut steps = 0;
+        while limit.allows(steps) {
+            steps += 1;
             let e = match self.front.pop() {
                 Some(e) => e,
                 None => self.main.pop()?,
@@ -282,11 +322,11 @@ impl<T: Queued> S3Fifo<T> {
     /// value. The caller removes it from the table (which may fail if another thread removed
     /// it first; then it asks again).
     pub(crate) fn victim(&self, capacity: u64) -> Option<T> {
-        // Every entry can be passed over at most MAX_FREQ + 1 times before it is evicted, so
-        // this bound only stops a pass that other threads keep refilling.
-        let bound = 4 * (self.small.len() + self.main.len() + self.front.len()) + 16;
+        let limit = PassLimit::new(self);
         let window = window(capacity);
-        for _ in 0..bound {
+        let mut steps = 0;
+        while limit.allows(steps) {
+            steps += 1;
             // The main queue gives up entries only beyond its share of the capacity. (Asking
             // "is the small queue over its share?" instead is the same question while the
             // queues hold the whole budget, but not while other threads' reservations are on
@@ -303,13 +343,13 @@ impl<T: Queued> S3Fifo<T> {
                         uncount(&self.small_weight, &c);
                         continue;
                     }
-                    match self.leave_small(c, capacity.saturating_sub(window), bound) {
+                    match self.leave_small(c, capacity.saturating_sub(window), &limit) {
                         Some(e) => return Some(e),
                         None => continue,
                     }
                 }
             }
-            match self.main_victim(bound) {
+            match self.main_victim(&limit) {
                 Some(e) => return Some(self.evict_main(e)),
                 None if self.small.is_empty() => return None,
                 None => {}
@@ -333,7 +373,7 @@ impl<T: Queued> S3Fifo<T> {
     /// - Otherwise the TinyLFU duel: the leaver takes the main queue's victim's place only if
     ///   the sketch estimates it more frequent; a tie keeps the incumbent, which stays at the
     ///   head of the main queue for the next duel.
-    fn leave_small(&self, c: T, main_capacity: u64, bound: usize) -> Option<T> {
+    fn leave_small(&self, c: T, main_capacity: u64, limit: &PassLimit<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
         self.sketch.add(c.hash(), accesses);
         if c.meta().freq() == 0 {
@@ -345,7 +385,7 @@ impl<T: Queued> S3Fifo<T> {
             self.move_to_main(c);
             return None;
         }
-        match self.main_victim(bound) {
+        match self.main_victim(limit) {
             Some(v) if self.sketch.estimate(c.hash()) > self.sketch.estimate(v.hash()) => {
                 self.move_to_main(c);
                 Some(self.evict_main(v))
