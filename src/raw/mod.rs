@@ -822,7 +822,8 @@ where
         self.budget.release(node.acquired_weight() - kept);
         let raw = cell as *const V;
         // Unless a builder still holds the node (`LOADING`: its value was published and
-        // taken before the builder finished), unlink it, retiring the value's count with it.
+        // taken before the builder finished; such a node stays linked, dead, until its key
+        // comes back or its table migrates), unlink it, retiring the value's count with it.
         let alone = if node.is_live(guard) {
             Some(raw)
         } else {
@@ -860,10 +861,8 @@ where
             true,
             pred,
         )?;
-        {
-            pin.stats.bump(Counter::Removal);
-            pin.guard.flush();
-        }
+        pin.stats.bump(Counter::Removal);
+        pin.guard.flush();
         Some(removed.expect("a removal by key hands the value back"))
     }
 
