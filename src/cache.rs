@@ -534,11 +534,10 @@ where
     ///
     /// One exception: a value *evicted* to make room waits in a batch of the thread whose
     /// insert evicted it (a batch holds 64 retirements; an eviction usually takes one, its
-    /// entry's node and value retired together) until that thread
-    /// removes or replaces an entry, fills the batch, calls `reclaim` itself, or exits.
-    /// Removals, clears and shrinks hand their values over at once; evictions do not,
-    /// because they happen on every miss of a full cache and handing over costs an
-    /// allocation.
+    /// entry's node and value retired together) until that thread removes or replaces an
+    /// entry, fills the batch, calls `reclaim` itself, or exits. Removals, clears and shrinks
+    /// hand their values over at once; evictions do not, because they happen on every miss
+    /// of a full cache and handing over costs an allocation.
     pub fn reclaim(&self) {
         self.raw.reclaim();
     }
