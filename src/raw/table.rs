@@ -313,16 +313,28 @@ impl<K: Eq, V> Shard<K, V> {
             pending,
         };
         // SAFETY: the shard is not shared yet.
-        shard.set_hint(shard.root(unsafe { crossbeam_epoch::unprotected() }));
+        let guard = unsafe { crossbeam_epoch::unprotected() };
+        shard.set_hint(shard.root(guard), guard);
         shard
     }
 
-    /// Records where `table`, the root now, keeps its slots (see `prefetch`).
-    fn set_hint(&self, table: &Table<K, V>) {
-        // Relaxed: a hint; nothing is read through it.
-        self.hint_slots
-            .store(table.slots.as_ptr() as usize, Ordering::Relaxed);
-        self.hint_mask.store(table.mask, Ordering::Relaxed);
+    /// Records where `table`, which just became the root, keeps its slots (see `prefetch`).
+    /// A thread that advanced the root once may store its hint after another thread
+    /// advanced it again, so the hint is re-read against the root until they agree: a hint
+    /// left stale would only waste prefetches, but for as long as the table lasts.
+    fn set_hint(&self, table: &Table<K, V>, guard: &Guard) {
+        let mut table = table;
+        loop {
+            // Relaxed: a hint; nothing is read through it.
+            self.hint_slots
+                .store(table.slots.as_ptr() as usize, Ordering::Relaxed);
+            self.hint_mask.store(table.mask, Ordering::Relaxed);
+            let root = self.root(guard);
+            if std::ptr::addr_eq(root, table) {
+                return;
+            }
+            table = root;
+        }
     }
 
     /// Asks the CPU to start loading the slot where a probe for `hash` begins, before the
@@ -732,7 +744,7 @@ impl<K: Eq, V> Shard<K, V> {
             .compare_exchange(old, new, Ordering::Release, Ordering::Relaxed, guard)
             .is_ok()
         {
-            self.set_hint(next);
+            self.set_hint(next, guard);
             // Relaxed: a statistic.
             self.migrations.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the root no longer points at `table` and nothing else leads to it, so
@@ -823,9 +835,17 @@ impl<K: Eq, V> Shard<K, V> {
     }
 
     /// Checks the probe structure of a quiet shard: every live node is found from its hash,
-    /// nothing is frozen, and a table that is not migrating counts exactly its taken slots.
+    /// nothing is frozen, a table that is not migrating counts exactly its taken slots, and
+    /// the prefetch hint names the root's slots.
     pub(crate) fn validate(&self, guard: &Guard) -> Result<(), String> {
-        let mut table = Some(self.root(guard));
+        let root = self.root(guard);
+        // Relaxed: the cache is quiet.
+        if self.hint_slots.load(Ordering::Relaxed) != root.slots.as_ptr() as usize
+            || self.hint_mask.load(Ordering::Relaxed) != root.mask
+        {
+            return Err("the prefetch hint does not name the root's slots".to_string());
+        }
+        let mut table = Some(root);
         while let Some(t) = table {
             let mut taken = 0;
             for (i, slot) in t.slots.iter().enumerate() {
