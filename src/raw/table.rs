@@ -111,6 +111,17 @@ type Table<K, V> = TableOf<K, V, [SlotWord<Node<K, V>>]>;
 type TableHead<K, V> = TableOf<K, V, [SlotWord<Node<K, V>>; 0]>;
 
 impl<K, V> Table<K, V> {
+    /// The table at `ptr` (from [`Pointable::init`]) as a pointer with its slice length,
+    /// rebuilt from the header's `mask`.
+    ///
+    /// # Safety
+    /// - `ptr` came from `init` and is not freed.
+    unsafe fn fat(ptr: usize) -> *mut Self {
+        // SAFETY: `mask` is the header's first field (`repr(C)`), written once by `init`.
+        let mask = unsafe { *(ptr as *const usize) };
+        std::ptr::slice_from_raw_parts_mut(ptr as *mut SlotWord<Node<K, V>>, mask + 1) as *mut Self
+    }
+
     /// The layout of a table of `slots` slots: the header, then the slots.
     fn layout(slots: usize) -> Layout {
         Layout::new::<TableHead<K, V>>()
@@ -163,22 +174,13 @@ impl<K, V> Pointable for Table<K, V> {
     }
 
     unsafe fn deref<'a>(ptr: usize) -> &'a Self {
-        // SAFETY: `ptr` came from `init` and is not freed (the caller's contract); `mask` is
-        // the header's first field, written once by `init`.
-        unsafe {
-            let mask = *(ptr as *const usize);
-            &*(std::ptr::slice_from_raw_parts(ptr as *const SlotWord<Node<K, V>>, mask + 1)
-                as *const Self)
-        }
+        // SAFETY: the caller's contract (`ptr` came from `init` and is not freed).
+        unsafe { &*Self::fat(ptr) }
     }
 
     unsafe fn deref_mut<'a>(ptr: usize) -> &'a mut Self {
         // SAFETY: as in `deref`; the caller holds the only reference.
-        unsafe {
-            let mask = *(ptr as *const usize);
-            &mut *(std::ptr::slice_from_raw_parts_mut(ptr as *mut SlotWord<Node<K, V>>, mask + 1)
-                as *mut Self)
-        }
+        unsafe { &mut *Self::fat(ptr) }
     }
 
     unsafe fn drop(ptr: usize) {
