@@ -24,7 +24,8 @@
 
 use super::counter::{StatsBlock, StatsRegistry};
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -90,8 +91,44 @@ struct Local {
     stats: *const StatsBlock,
 }
 
-/// The registration a thread used last: `(cache id, handle, stats block)`.
-type Last = (u64, *const LocalHandle, *const StatsBlock);
+/// The registration a thread used last.
+struct Last {
+    /// Its cache's id; 0 (no cache's id) when there is none.
+    id: Cell<u64>,
+    /// A bitwise copy of its handle, initialized whenever `id` is not 0. Pinning through the
+    /// copy saves a dependent load (the boxed handle's address) on every pin, and a pin's
+    /// locked instruction waits for that chain of loads. A `LocalHandle` names its
+    /// participant through a pointer and `pin` takes `&self`, so a copy is a second name for
+    /// the same participant. It is valid exactly as long as the original (see
+    /// [`ThreadState::last`]) and is never dropped (only the original counts as a handle).
+    handle: UnsafeCell<MaybeUninit<LocalHandle>>,
+    stats: Cell<*const StatsBlock>,
+}
+
+impl Last {
+    /// Remembers `local`, which stays in this thread's `locals`.
+    fn set(&self, local: &Local) {
+        // SAFETY: `last` is only touched by its own thread, and no reference into `handle`
+        // lives across calls (readers copy it out first). The old copy is overwritten
+        // without a drop, as every copy must be (see `handle`).
+        unsafe { (*self.handle.get()).write(std::ptr::read(&*local.handle)) };
+        self.stats.set(local.stats);
+        self.id.set(local.id);
+    }
+
+    /// A copy of the handle of cache `id` if this is its registration.
+    #[inline(always)]
+    fn get(&self, id: u64) -> Option<(ManuallyDrop<LocalHandle>, *const StatsBlock)> {
+        if self.id.get() != id {
+            return None;
+        }
+        // SAFETY: `id` is not 0 (no cache has it), so `handle` is initialized; the copy is
+        // read out, never referenced in place, so a reentrant `set` (a destructor run by
+        // the pin's collection using another cache) cannot change it under a borrow.
+        let handle = unsafe { (*self.handle.get()).assume_init_read() };
+        Some((ManuallyDrop::new(handle), self.stats.get()))
+    }
+}
 
 struct ThreadState {
     token: Cell<u64>,
@@ -101,14 +138,18 @@ struct ThreadState {
     /// entry leaves `locals` only when its cache drops (ids are never reused, so a stale
     /// `last` never matches again), when dead caches' entries are pruned, or when the thread's
     /// locals are released (which resets it).
-    last: Cell<Last>,
+    last: Last,
 }
 
 crate::sync::local_key! {
     static THREAD: ThreadState = ThreadState {
         token: Cell::new(0),
         locals: RefCell::new(Vec::new()),
-        last: Cell::new((0, std::ptr::null(), std::ptr::null())),
+        last: Last {
+            id: Cell::new(0),
+            handle: UnsafeCell::new(MaybeUninit::uninit()),
+            stats: Cell::new(std::ptr::null()),
+        },
     };
 }
 
@@ -131,7 +172,7 @@ pub(crate) fn thread_token() -> u64 {
 #[cfg(runcache_loom)]
 pub(crate) fn release_thread() {
     let locals = THREAD.try_with(|t| {
-        t.last.set((0, std::ptr::null(), std::ptr::null()));
+        t.last.id.set(0);
         t.locals
             .try_borrow_mut()
             .map(|mut l| std::mem::take(&mut *l))
@@ -161,20 +202,35 @@ impl Domain {
     }
 
     /// Pins this cache's epoch on the calling thread and returns the thread's stats block.
-    #[inline]
+    ///
+    /// Inlined, with everything but the remembered registration's check outlined into
+    /// [`pin_slow`](Self::pin_slow): a call and a return around a pin's locked instruction
+    /// cost a third of a pinned `get` (`docs/DESIGN.md`).
+    #[inline(always)]
     pub(crate) fn pin(&self) -> (Guard, &StatsBlock) {
-        let fast = THREAD.try_with(|t| {
-            let (id, handle, stats) = t.last.get();
-            if id == self.id {
-                return Some((handle, stats));
-            }
+        match THREAD.try_with(|t| t.last.get(self.id)) {
+            // `handle` is a copy of the handle boxed in this thread's entry for this cache,
+            // removed only when the cache drops (impossible while `&self` lives) or the
+            // thread's locals are destroyed or released (which also resets `last`); so the
+            // participant is registered. SAFETY: the stats block lives as long as
+            // `self.stats`.
+            Ok(Some((handle, stats))) => (handle.pin(), unsafe { &*stats }),
+            _ => self.pin_slow(),
+        }
+    }
+
+    /// [`pin`](Self::pin) when the thread used another cache last, has not registered with
+    /// this one yet, or cannot use its thread-local state.
+    #[cold]
+    #[inline(never)]
+    fn pin_slow(&self) -> (Guard, &StatsBlock) {
+        let found = THREAD.try_with(|t| {
             let locals = t.locals.try_borrow().ok()?;
             let local = locals.iter().find(|l| l.id == self.id)?;
-            let found = (&*local.handle as *const LocalHandle, local.stats);
-            t.last.set((self.id, found.0, found.1));
-            Some(found)
+            t.last.set(local);
+            t.last.get(self.id)
         });
-        let (handle, stats) = match fast {
+        let (handle, stats) = match found {
             Ok(Some(found)) => found,
             Ok(None) => match self.register() {
                 Some(found) => found,
@@ -182,11 +238,8 @@ impl Domain {
             },
             Err(_) => return self.pin_unregistered(),
         };
-        // The handle is boxed in this thread's entry for this cache, removed only when the cache
-        // drops (impossible while `&self` lives) or the thread's locals are destroyed or
-        // released (which also resets `last`).
-        // SAFETY: so the handle is alive; the stats block lives as long as `self.stats`.
-        unsafe { ((*handle).pin(), &*stats) }
+        // As in `pin`. SAFETY: as in `pin`.
+        (handle.pin(), unsafe { &*stats })
     }
 
     fn pin_unregistered(&self) -> (Guard, &StatsBlock) {
@@ -197,7 +250,7 @@ impl Domain {
     }
 
     #[cold]
-    fn register(&self) -> Option<(*const LocalHandle, *const StatsBlock)> {
+    fn register(&self) -> Option<(ManuallyDrop<LocalHandle>, *const StatsBlock)> {
         let (found, dead) = THREAD
             .try_with(|t| {
                 let mut locals = t.locals.try_borrow_mut().ok()?;
@@ -205,16 +258,15 @@ impl Domain {
                     .into_iter()
                     .partition(|l| l.alive.strong_count() > 0);
                 *locals = live;
-                let handle = Box::new(self.collector.register());
-                let stats = self.stats.register();
-                let found = (&*handle as *const LocalHandle, stats);
-                locals.push(Local {
+                let local = Local {
                     id: self.id,
                     alive: Arc::downgrade(&self.alive),
-                    handle,
-                    stats,
-                });
-                Some((found, dead))
+                    handle: Box::new(self.collector.register()),
+                    stats: self.stats.register(),
+                };
+                t.last.set(&local);
+                locals.push(local);
+                Some((t.last.get(self.id)?, dead))
             })
             .ok()??;
         // Dropped after the borrow ends: finalizing a handle may run destructors that use

@@ -116,6 +116,7 @@ impl Pin<'_> {
 }
 
 impl Drop for Pin<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         let misses = self.misses.get();
         let hits = self.lookups.get() - misses;
