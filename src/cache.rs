@@ -398,20 +398,24 @@ where
     where
         E: Send + Sync + 'static,
     {
-        let (value, source) = match self.raw.get_or_build(key, build) {
-            Served::Hit(v) => (v, Source::Hit),
-            Served::Shared(v) => (v, Source::Shared),
-            Served::Built {
-                value,
-                cached: true,
-            } => (value, Source::Cached),
-            Served::Built {
-                value,
-                cached: false,
-            } => (value, Source::Uncached),
-            Served::Failed(e) => return Err(e),
-        };
-        Ok(Fetched { value, source })
+        fetched(self.raw.get_or_build(key, build))
+    }
+
+    /// [`get_or_build`](Self::get_or_build) for the key that `eq` accepts, found by a
+    /// `probe` that hashes as that key does (see [`get_eq`](Self::get_eq)); `key` makes the
+    /// owned key only on a miss, so a hit clones nothing.
+    pub(crate) fn get_or_build_from<Q, E>(
+        &self,
+        probe: &Q,
+        eq: impl Fn(&K) -> bool,
+        key: impl FnOnce() -> K,
+        build: impl FnOnce(&K) -> Result<V, E>,
+    ) -> Result<Fetched<V>, Arc<E>>
+    where
+        Q: Hash + ?Sized,
+        E: Send + Sync + 'static,
+    {
+        fetched(self.raw.get_or_build_from(probe, eq, key, build))
     }
 
     /// The value for `key`, built from the key if missing, and whether this call built it:
@@ -421,13 +425,12 @@ where
     where
         K: Clone,
     {
-        if let Some(v) = self.get(key) {
-            return (v, Lookup::Hit);
-        }
-        match self
-            .raw
-            .get_or_build::<Infallible, _>(key.clone(), |k| Ok(build(k)))
-        {
+        match self.raw.get_or_build_from::<_, Infallible, _>(
+            key,
+            |k| k == key,
+            || key.clone(),
+            |k| Ok(build(k)),
+        ) {
             Served::Hit(v) | Served::Shared(v) => (v, Lookup::Hit),
             Served::Built { value, .. } => (value, Lookup::Miss),
             Served::Failed(e) => match *e {},
@@ -622,4 +625,22 @@ impl<K, V, S> fmt::Debug for Pinned<'_, K, V, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pinned").finish_non_exhaustive()
     }
+}
+
+/// A single-flight result as [`Cache::get_or_build`] reports it.
+fn fetched<V, E>(served: Served<V, E>) -> Result<Fetched<V>, Arc<E>> {
+    let (value, source) = match served {
+        Served::Hit(v) => (v, Source::Hit),
+        Served::Shared(v) => (v, Source::Shared),
+        Served::Built {
+            value,
+            cached: true,
+        } => (value, Source::Cached),
+        Served::Built {
+            value,
+            cached: false,
+        } => (value, Source::Uncached),
+        Served::Failed(e) => return Err(e),
+    };
+    Ok(Fetched { value, source })
 }

@@ -445,6 +445,23 @@ fn get_or_create_reports_hit_and_miss() {
     assert_eq!((*v, how), (4, Lookup::Miss));
     let (v, how) = c.get_or_create(&"conv".to_string(), |_| unreachable!());
     assert_eq!((*v, how), (4, Lookup::Hit));
+    // Each call counts once: the miss is not counted by a first look and again by the build.
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses, s.builds), (1, 1, 1));
+}
+
+#[test]
+fn get_or_insert_with_counts_each_call_once() {
+    let c = Cache::<u64, u64>::new(10);
+    assert_eq!(*c.get_or_insert_with(1, || 10), 10);
+    assert_eq!(*c.get_or_insert_with(1, || unreachable!()), 10);
+    assert_eq!(
+        *c.try_get_or_insert_with(2, || Err::<u64, _>("no"))
+            .unwrap_err(),
+        "no"
+    );
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses, s.builds, s.build_failures), (1, 2, 2, 1));
 }
 
 #[test]

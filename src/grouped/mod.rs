@@ -172,20 +172,25 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         n: &N,
         build: impl FnOnce() -> V,
     ) -> Arc<V> {
-        if let Some(v) = self.get(s, g, n) {
-            return v;
-        }
-        let group = self.ensure_group(s, g);
-        let key = (s.clone(), g.clone(), n.clone());
-        let fetched = match self
+        // The group is made (which may evict the session's oldest) only on a miss, before
+        // the build: `key` runs then, and only then.
+        let mut group = None;
+        let fetched = self
             .values
-            .get_or_build(key.clone(), |_| Ok::<_, ()>(build()))
-        {
-            Ok(f) => f,
-            Err(_) => unreachable!("the builder cannot fail"),
-        };
+            .get_or_build_from(
+                // A tuple of references hashes exactly as the owned tuple key does.
+                &(s, g, n),
+                |(ks, kg, kn)| ks == s && kg == g && kn == n,
+                || {
+                    group = Some(self.ensure_group(s, g));
+                    (s.clone(), g.clone(), n.clone())
+                },
+                |_| Ok::<_, ()>(build()),
+            )
+            .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
         if fetched.source == Source::Cached {
-            self.record(owner, &group, key);
+            let group = group.expect("a cached build follows a miss, which made the group");
+            self.record(owner, &group, (s.clone(), g.clone(), n.clone()));
         }
         fetched.value
     }
@@ -215,29 +220,36 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     fn ensure_group(&self, s: &S, g: &G) -> Arc<Group<N>> {
         let session = self
             .sessions
-            .get_or_build(s.clone(), |_| {
-                Ok::<_, ()>(Session {
-                    groups: unbounded(),
-                    order: SegQueue::new(),
-                    count: AtomicUsize::new(0),
-                })
-            })
+            .get_or_build_from(
+                s,
+                |k| k == s,
+                || s.clone(),
+                |_| {
+                    Ok::<_, ()>(Session {
+                        groups: unbounded(),
+                        order: SegQueue::new(),
+                        count: AtomicUsize::new(0),
+                    })
+                },
+            )
             .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
         if session.source == Source::Cached {
             self.session_ids.push(s.clone());
         }
         let session = session.value;
-        if let Some(group) = session.groups.get(g) {
-            return group;
-        }
         let fetched = session
             .groups
-            .get_or_build(g.clone(), |_| {
-                Ok::<_, ()>(Group {
-                    names: SegQueue::new(),
-                    evicted: AtomicBool::new(false),
-                })
-            })
+            .get_or_build_from(
+                g,
+                |k| k == g,
+                || g.clone(),
+                |_| {
+                    Ok::<_, ()>(Group {
+                        names: SegQueue::new(),
+                        evicted: AtomicBool::new(false),
+                    })
+                },
+            )
             .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
         if fetched.source == Source::Cached {
             session.order.push(g.clone());

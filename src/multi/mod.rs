@@ -142,11 +142,9 @@ impl MultiCache {
         V: Send + Sync + 'static,
         E: Send + Sync + 'static,
     {
-        let cache = self.typed::<K, V>();
-        if let Some(v) = cache.get(key) {
-            return Ok((v, Lookup::Hit));
-        }
-        let fetched = cache.get_or_build(key.clone(), build)?;
+        let fetched =
+            self.typed::<K, V>()
+                .get_or_build_from(key, |k| k == key, || key.clone(), build)?;
         let how = match fetched.source {
             Source::Hit | Source::Shared => Lookup::Hit,
             _ => Lookup::Miss,

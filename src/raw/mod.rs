@@ -386,12 +386,72 @@ where
     }
 
     /// The single-flight path shared by every `get_or_*` method.
+    #[inline]
     pub(crate) fn get_or_build<E, F>(&self, key: K, build: F) -> Served<V, E>
     where
         E: Send + Sync + 'static,
         F: FnOnce(&K) -> Result<V, E>,
     {
         let hash = self.hash(&key);
+        match self.hit(hash, |k| *k == key) {
+            Some(value) => Served::Hit(value),
+            None => self.build_or_wait(key, hash, build),
+        }
+    }
+
+    /// The single-flight path for a key found by `probe` and `eq` (as in
+    /// [`get_eq`](Self::get_eq)), made by `key` only on a miss: a hit clones no key. `key()`
+    /// must hash as `probe` does and be the key `eq` accepts.
+    #[inline]
+    pub(crate) fn get_or_build_from<Q, E, F>(
+        &self,
+        probe: &Q,
+        eq: impl Fn(&K) -> bool,
+        key: impl FnOnce() -> K,
+        build: F,
+    ) -> Served<V, E>
+    where
+        Q: Hash + ?Sized,
+        E: Send + Sync + 'static,
+        F: FnOnce(&K) -> Result<V, E>,
+    {
+        let hash = self.hash(probe);
+        if let Some(value) = self.hit(hash, eq) {
+            return Served::Hit(value);
+        }
+        let key = key();
+        debug_assert_eq!(self.hash(&key), hash, "`key()` hashes as `probe`");
+        self.build_or_wait(key, hash, build)
+    }
+
+    /// The first look of the single-flight path: the cached value, as [`lookup`]
+    /// finds it, counted as a hit. A miss counts nothing here: [`build_or_wait`] counts it
+    /// as a miss, a wait or, if the value appeared meanwhile, a hit, so each call counts
+    /// once.
+    ///
+    /// [`lookup`]: Self::lookup
+    /// [`build_or_wait`]: Self::build_or_wait
+    #[inline(always)]
+    fn hit(&self, hash: u64, eq: impl Fn(&K) -> bool) -> Option<Arc<V>> {
+        let shard = self.shard(hash);
+        let pin = self.pin_for(shard, hash);
+        match shard.find_bound(hash, eq, &pin.guard)?.view(&pin.guard) {
+            View::Ready { node, value } => {
+                self.touch(node);
+                pin.looked_up(true);
+                Some(arc_of(value))
+            }
+            _ => None,
+        }
+    }
+
+    /// The single-flight path after a first look missed: finds the key's entry again, and
+    /// builds it (with a `LOADING` node of ours linked) or waits for the build in flight.
+    fn build_or_wait<E, F>(&self, key: K, hash: u64, build: F) -> Served<V, E>
+    where
+        E: Send + Sync + 'static,
+        F: FnOnce(&K) -> Result<V, E>,
+    {
         let shard = self.shard(hash);
         let token = epoch::thread_token();
         // Our loading node, made once and reused if a link attempt must be retried.
