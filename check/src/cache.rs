@@ -1,5 +1,5 @@
-//! The core cache refusing when full: every return value, the length, the weighted size and
-//! the capacity against a `HashMap` model after every step.
+//! The core cache refusing when full: every return value, the length, the weighted size, the
+//! capacity and the activity counters against a `HashMap` model after every step.
 
 use crate::{ensure, ensure_eq, weight, Outcome};
 use arbitrary::Arbitrary;
@@ -33,7 +33,17 @@ pub struct Input {
 struct Model {
     map: HashMap<u8, u32>,
     capacity: u64,
+    /// What `Cache::stats` must say: each call counts once (hits, misses, builds, build
+    /// failures, rejections, removals by key; evictions by a shrink are the cache's choice).
+    counts: [u64; 6],
 }
+
+const HITS: usize = 0;
+const MISSES: usize = 1;
+const BUILDS: usize = 2;
+const FAILURES: usize = 3;
+const REJECTIONS: usize = 4;
+const REMOVALS: usize = 5;
 
 impl Model {
     fn size(&self) -> u64 {
@@ -43,6 +53,26 @@ impl Model {
     fn fits(&self, extra: u64) -> bool {
         self.capacity > 0 && self.size() + extra <= self.capacity
     }
+
+    /// Counts a lookup: a hit if `key` is cached, else a miss.
+    fn look(&mut self, key: u8) {
+        let hit = self.map.contains_key(&key);
+        self.counts[if hit { HITS } else { MISSES }] += 1;
+    }
+
+    /// Counts a single-flight call for `key` whose builder, on a miss, yields a value that
+    /// is cached if it `fits`, or fails (`fits` is `None`).
+    fn single_flight(&mut self, key: u8, fits: Option<bool>) {
+        self.look(key);
+        if !self.map.contains_key(&key) {
+            self.counts[BUILDS] += 1;
+            match fits {
+                Some(true) => {}
+                Some(false) => self.counts[REJECTIONS] += 1,
+                None => self.counts[FAILURES] += 1,
+            }
+        }
+    }
 }
 
 /// Runs `input` (at most 512 operations) against a rejecting cache and the model.
@@ -51,6 +81,7 @@ pub fn run(input: Input) -> Outcome {
     let mut model = Model {
         map: HashMap::new(),
         capacity: u64::from(input.capacity % 48),
+        counts: [0; 6],
     };
     let cache = Cache::<u8, u32>::builder()
         .capacity(model.capacity)
@@ -71,6 +102,9 @@ pub fn run(input: Input) -> Outcome {
                     None => weight(v),
                 };
                 let fits = model.fits(extra);
+                if !fits {
+                    model.counts[REJECTIONS] += 1;
+                }
                 match cache.insert(key, v) {
                     Ok(prev) => {
                         ensure!(fits, "{at}: should have been refused");
@@ -83,33 +117,42 @@ pub fn run(input: Input) -> Outcome {
                     }
                 }
             }
-            Op::Get(key) => ensure_eq!(
-                cache.get(&k(key)).map(|v| *v),
-                model.map.get(&k(key)).copied(),
-                "{at}"
-            ),
+            Op::Get(key) => {
+                model.look(k(key));
+                ensure_eq!(
+                    cache.get(&k(key)).map(|v| *v),
+                    model.map.get(&k(key)).copied(),
+                    "{at}"
+                );
+            }
             Op::Pinned(key) => {
+                model.look(k(key));
                 let pinned = cache.pin();
                 ensure_eq!(pinned.get(&k(key)), model.map.get(&k(key)), "{at}");
             }
-            Op::Contains(key) => ensure_eq!(
-                cache.contains_key(&k(key)),
-                model.map.contains_key(&k(key)),
-                "{at}"
-            ),
-            Op::Remove(key) => ensure_eq!(
-                cache.remove(&k(key)).map(|v| *v),
-                model.map.remove(&k(key)),
-                "{at}"
-            ),
+            Op::Contains(key) => {
+                model.look(k(key));
+                ensure_eq!(
+                    cache.contains_key(&k(key)),
+                    model.map.contains_key(&k(key)),
+                    "{at}"
+                );
+            }
+            Op::Remove(key) => {
+                let expected = model.map.remove(&k(key));
+                model.counts[REMOVALS] += u64::from(expected.is_some());
+                ensure_eq!(cache.remove(&k(key)).map(|v| *v), expected, "{at}");
+            }
             Op::RemoveIf(key, yes) => {
                 let key = k(key);
                 let removed = cache.remove_if(&key, |_| yes).map(|v| *v);
                 let expected = if yes { model.map.remove(&key) } else { None };
+                model.counts[REMOVALS] += u64::from(expected.is_some());
                 ensure_eq!(removed, expected, "{at}");
             }
             Op::GetOrBuild(key, v) => {
                 let key = k(key);
+                model.single_flight(key, Some(model.fits(weight(v))));
                 let f = cache
                     .get_or_build(key, |_| Ok::<_, ()>(v))
                     .map_err(|_| format!("{at}: an infallible build failed"))?;
@@ -128,6 +171,7 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::GetOrCreate(key, v) => {
                 let key = k(key);
+                model.single_flight(key, Some(model.fits(weight(v))));
                 let (got, how) = cache.get_or_create(&key, |_| v);
                 match model.map.get(&key) {
                     Some(cur) => ensure_eq!((*got, how), (*cur, Lookup::Hit), "{at}"),
@@ -141,6 +185,7 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::FailingBuild(key) => {
                 let key = k(key);
+                model.single_flight(key, None);
                 let r = cache.try_get_or_insert_with(key, || Err::<u32, u8>(key));
                 match model.map.get(&key) {
                     Some(cur) => ensure_eq!(r.ok().map(|v| *v), Some(*cur), "{at}"),
@@ -160,7 +205,12 @@ pub fn run(input: Input) -> Outcome {
                 }
                 // Which entries a shrink removes is the cache's choice: every survivor must be
                 // unchanged, and the survivors must fit.
+                // (These checks count as lookups too.)
+                let before = model.map.len() as u64;
                 model.map.retain(|key, _| cache.contains_key(key));
+                let kept = model.map.len() as u64;
+                model.counts[HITS] += 2 * kept;
+                model.counts[MISSES] += before - kept;
                 for (key, v) in &model.map {
                     ensure_eq!(cache.get(key).map(|x| *x), Some(*v), "{at}: survivor");
                 }
@@ -170,6 +220,19 @@ pub fn run(input: Input) -> Outcome {
         ensure_eq!(cache.len(), model.map.len(), "{at}: len");
         ensure_eq!(cache.weighted_size(), model.size(), "{at}: weighted size");
         ensure_eq!(cache.capacity(), model.capacity, "{at}: capacity");
+        let st = cache.stats();
+        ensure_eq!(
+            [
+                st.hits,
+                st.misses,
+                st.builds,
+                st.build_failures,
+                st.rejections,
+                st.removals
+            ],
+            model.counts,
+            "{at}: stats (hits, misses, builds, build failures, rejections, removals)"
+        );
         cache.__validate().map_err(|e| format!("{at}: {e}"))?;
     }
     Ok(())

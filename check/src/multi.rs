@@ -1,7 +1,7 @@
 //! The multi-cache (one cache per key type) against a model: two key types that share key
 //! values but never entries, failing and value-less builders that cache nothing, removal and
 //! clearing. Capacities are either large enough to never evict (so the model is exact) or 0
-//! (every call builds and reports a miss).
+//! (every call builds and reports a miss). Each type's counters must count every call once.
 
 use crate::{ensure_eq, Outcome};
 use arbitrary::Arbitrary;
@@ -38,12 +38,25 @@ pub fn run(input: Input) -> Outcome {
     let cache = MultiCache::new(capacity);
     let mut plain: HashMap<u8, u64> = HashMap::new();
     let mut shapes: HashMap<u8, String> = HashMap::new();
+    // Hits, misses and builds of each type's cache: a call for a cached key is a hit, any
+    // other a miss that builds.
+    let mut plain_counts = [0u64; 3];
+    let mut shape_counts = [0u64; 3];
+    let count = |counts: &mut [u64; 3], hit: bool| {
+        if hit {
+            counts[0] += 1;
+        } else {
+            counts[1] += 1;
+            counts[2] += 1;
+        }
+    };
     for (step, op) in input.ops.into_iter().take(512).enumerate() {
         let at = format!("step {step}: {op:?}");
         let v = step as u64;
         match op {
             Op::GetOrCreate(k) | Op::Optional(k, true) => {
                 let k = k % 16;
+                count(&mut plain_counts, plain.contains_key(&k));
                 let (got, how) = match op {
                     Op::Optional(..) => match cache.get_or_create_opt(&k, |_| Some(v)) {
                         Some(found) => found,
@@ -63,6 +76,7 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::GetOrCreateShape(k) => {
                 let k = k % 16;
+                count(&mut shape_counts, shapes.contains_key(&k));
                 let (got, how) = cache.get_or_create(&Shape(k), |_| format!("shape {v}"));
                 match shapes.get(&k) {
                     Some(cur) => ensure_eq!((&*got, how), (cur, Lookup::Hit), "{at}"),
@@ -76,6 +90,7 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::TryFailing(k) => {
                 let k = k % 16;
+                count(&mut plain_counts, plain.contains_key(&k));
                 let r = cache.try_get_or_create(&k, |_| Err::<u64, u8>(k));
                 match plain.get(&k) {
                     Some(cur) => ensure_eq!(
@@ -88,6 +103,7 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::Optional(k, false) => {
                 let k = k % 16;
+                count(&mut plain_counts, plain.contains_key(&k));
                 let got = cache.get_or_create_opt(&k, |_| None::<u64>);
                 ensure_eq!(
                     got.map(|(x, how)| (*x, how)),
@@ -111,7 +127,19 @@ pub fn run(input: Input) -> Outcome {
                 shapes.clear();
             }
         }
-        ensure_eq!(cache.stats::<u8, u64>().evictions, 0, "{at}: evictions");
+        let st = cache.stats::<u8, u64>();
+        ensure_eq!(st.evictions, 0, "{at}: evictions");
+        ensure_eq!(
+            [st.hits, st.misses, st.builds],
+            plain_counts,
+            "{at}: u8 stats"
+        );
+        let st = cache.stats::<Shape, String>();
+        ensure_eq!(
+            [st.hits, st.misses, st.builds],
+            shape_counts,
+            "{at}: Shape stats"
+        );
     }
     for (k, v) in &plain {
         let (got, how) = cache.get_or_create(k, |_| u64::MAX);
