@@ -535,12 +535,15 @@ where
     /// can still see — useful when values hold scarce memory (a GPU buffer) and the cache has
     /// gone quiet. The constant caches call it after every removal.
     ///
-    /// One exception: a value *evicted* to make room waits in a batch of the thread whose
-    /// insert evicted it (a batch holds 64 retirements; an eviction usually takes one, its
-    /// entry's node and value retired together) until that thread removes or replaces an
-    /// entry, fills the batch, calls `reclaim` itself, or exits. Removals, clears and shrinks
-    /// hand their values over at once; evictions do not, because they happen on every miss
-    /// of a full cache and handing over costs an allocation.
+    /// One exception: a value that a thread retired waits in that thread's batch (64
+    /// retirements; a removal or an eviction usually takes one, its entry's node and value
+    /// retired together) until the batch is handed over: when it fills, when the thread
+    /// calls `reclaim` itself, or when it exits. Other threads cannot reach it. Clears and
+    /// shrinks hand their batch over at once. A removal or a replacement hands it over once
+    /// the values that thread removed or replaced since its last hand-over weigh a
+    /// sixty-fourth of the capacity: a heavy value at once, light ones a few at a time. An
+    /// eviction does not, because it happens on every miss of a full cache and handing over
+    /// costs an allocation.
     pub fn reclaim(&self) {
         self.raw.reclaim();
     }

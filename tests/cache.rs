@@ -87,6 +87,57 @@ fn reclaim_drops_removed_values_nobody_holds_while_the_cache_lives() {
 }
 
 #[test]
+fn removals_hand_their_values_to_the_collector_by_weight() {
+    // A thread hands the values it removed to the collector once they weigh a sixty-fourth
+    // of the capacity; until then they wait in its own epoch bag, where another thread's
+    // `reclaim` cannot reach them.
+    let d = drops();
+    let others_reclaim = |c: &Cache<u64, Tracked>| {
+        thread::scope(|s| {
+            s.spawn(|| c.reclaim());
+        })
+    };
+    // Capacity 64: every removal weighs a sixty-fourth, so it is handed over at once.
+    let small = Cache::<u64, Tracked>::new(64);
+    small.insert(1, Tracked::new(1, &d)).unwrap();
+    drop(small.remove(&1));
+    others_reclaim(&small);
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        1,
+        "a heavy removal is handed over at once"
+    );
+
+    // Capacity 6,400: a hundred removals make a sixty-fourth.
+    let big = Cache::<u64, Tracked>::new(6_400);
+    for k in 0..100 {
+        big.insert(k, Tracked::new(k, &d)).unwrap();
+    }
+    for k in 0..99 {
+        drop(big.remove(&k));
+    }
+    others_reclaim(&big);
+    // Some went with the bags that filled (64 retirements each); the rest still wait.
+    let freed = d.load(Ordering::SeqCst) - 1;
+    assert!(
+        freed < 99,
+        "light removals wait for their thread: {freed} freed"
+    );
+    drop(big.remove(&99));
+    others_reclaim(&big);
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        101,
+        "the hundredth removal hands all of them over"
+    );
+    // This thread's own `reclaim` hands over whatever it holds, whatever it weighs.
+    big.insert(7, Tracked::new(7, &d)).unwrap();
+    drop(big.remove(&7));
+    big.reclaim();
+    assert_eq!(d.load(Ordering::SeqCst), 102);
+}
+
+#[test]
 fn reclaim_frees_what_other_threads_retired_while_a_reader_held_the_epoch_back() {
     // A reader pinned on this thread keeps the epoch from advancing, so the worker's retired
     // items pile up in the collector: removed values with their nodes, then uncached values

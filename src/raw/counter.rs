@@ -133,6 +133,9 @@ const COUNTERS: usize = 8;
 /// One thread's counters.
 pub(crate) struct StatsBlock {
     counts: [AtomicU64; COUNTERS],
+    /// The weight of the values this thread retired since it last handed its epoch bag to
+    /// the collector (see `RawCache::retired`).
+    unflushed: AtomicU64,
     /// Whether only one thread writes this block (then a load and a store are exact).
     owned: bool,
     next: *const CachePadded<StatsBlock>,
@@ -156,6 +159,25 @@ impl StatsBlock {
             // Relaxed: a statistic shared by threads that could not use their own block.
             c.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Adds `weight` to the weight retired since the last hand-over; `true` (and back to 0)
+    /// once that reaches `due`. A block shared by several threads says `true` at once: its
+    /// threads have no bag of their own to wait on (they pin through temporary handles).
+    #[inline]
+    pub(crate) fn hand_over_due(&self, weight: u64, due: u64) -> bool {
+        if !self.owned {
+            return true;
+        }
+        // Relaxed: only the owning thread reads or writes it.
+        let now = self
+            .unflushed
+            .load(Ordering::Relaxed)
+            .saturating_add(weight);
+        let due = now >= due;
+        self.unflushed
+            .store(if due { 0 } else { now }, Ordering::Relaxed);
+        due
     }
 }
 
@@ -231,6 +253,7 @@ impl StatsRegistry {
 fn new_block(owned: bool, next: *const CachePadded<StatsBlock>) -> StatsBlock {
     StatsBlock {
         counts: std::array::from_fn(|_| AtomicU64::new(0)),
+        unflushed: AtomicU64::new(0),
         owned,
         next,
     }
