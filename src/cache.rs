@@ -537,13 +537,12 @@ where
     ///
     /// One exception: a value that a thread retired waits in that thread's batch (64
     /// retirements; a removal or an eviction usually takes one, its entry's node and value
-    /// retired together) until the batch is handed over: when it fills, when the thread
-    /// calls `reclaim` itself, or when it exits. Other threads cannot reach it. Clears and
-    /// shrinks hand their batch over at once. A removal or a replacement hands it over once
-    /// the values that thread removed or replaced since its last hand-over weigh a
-    /// sixty-fourth of the capacity: a heavy value at once, light ones a few at a time. An
-    /// eviction does not, because it happens on every miss of a full cache and handing over
-    /// costs an allocation.
+    /// retired together) until the batch is handed over, and other threads cannot reach it.
+    /// A batch is handed over when it fills; when a value removed, replaced or evicted weighs
+    /// a sixty-fourth of the capacity or more; when the values the thread retired since its
+    /// last hand-over weigh that much together and number eight or more (handing over costs
+    /// an allocation, so light values go in batches); at the end of a clear or a shrink; when
+    /// the thread calls `reclaim` itself; and when it exits.
     pub fn reclaim(&self) {
         self.raw.reclaim();
     }

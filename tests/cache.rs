@@ -87,9 +87,10 @@ fn reclaim_drops_removed_values_nobody_holds_while_the_cache_lives() {
 }
 
 #[test]
-fn removals_hand_their_values_to_the_collector_by_weight() {
-    // A thread hands the values it removed to the collector once they weigh a sixty-fourth
-    // of the capacity; until then they wait in its own epoch bag, where another thread's
+fn retired_values_reach_the_collector_by_weight() {
+    // A thread hands the values it removed, replaced or evicted to the collector at once if
+    // one weighs a sixty-fourth of the capacity, else once they weigh that much together and
+    // number eight; until then they wait in its own epoch bag, where another thread's
     // `reclaim` cannot reach them.
     let d = drops();
     let others_reclaim = |c: &Cache<u64, Tracked>| {
@@ -135,6 +136,37 @@ fn removals_hand_their_values_to_the_collector_by_weight() {
     drop(big.remove(&7));
     big.reclaim();
     assert_eq!(d.load(Ordering::SeqCst), 102);
+
+    // A sixty-fourth of 187 is 2: light values go eight at a time, not two.
+    let small_light = Cache::<u64, Tracked>::new(187);
+    for k in 0..8 {
+        small_light.insert(k, Tracked::new(k, &d)).unwrap();
+    }
+    for k in 0..7 {
+        drop(small_light.remove(&k));
+    }
+    others_reclaim(&small_light);
+    assert_eq!(d.load(Ordering::SeqCst), 102, "seven light removals wait");
+    drop(small_light.remove(&7));
+    others_reclaim(&small_light);
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        110,
+        "the eighth hands all of them over"
+    );
+
+    // Evictions follow the same rule: in a full cache of 64, each one weighs a sixty-fourth.
+    let full = Cache::<u64, Tracked>::new(64);
+    for k in 0..65 {
+        full.insert(k, Tracked::new(k, &d)).unwrap();
+    }
+    assert_eq!(full.stats().evictions, 1);
+    others_reclaim(&full);
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        111,
+        "a heavy eviction is handed over at once"
+    );
 }
 
 #[test]

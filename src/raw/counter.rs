@@ -130,11 +130,16 @@ pub(crate) enum Counter {
 
 const COUNTERS: usize = 8;
 
+/// The fewest values lighter than a hand-over's due weight that a thread hands over at a
+/// time (see [`StatsBlock::hand_over_due`]): it bounds the hand-overs, each a sealed ~2 KB
+/// bag, to one per eight retirements in a cache of light entries.
+pub(crate) const HAND_OVER_LIGHT: u64 = 8;
+
 /// One thread's counters.
 pub(crate) struct StatsBlock {
     counts: [AtomicU64; COUNTERS],
-    /// The weight of the values this thread retired since it last handed its epoch bag to
-    /// the collector (see `RawCache::retired`).
+    /// The values this thread retired since it last handed its epoch bag to the collector:
+    /// their weight (bits 8–63) and their count (bits 0–7); see `RawCache::retired`.
     unflushed: AtomicU64,
     /// Whether only one thread writes this block (then a load and a store are exact).
     owned: bool,
@@ -161,23 +166,36 @@ impl StatsBlock {
         }
     }
 
-    /// Adds `weight` to the weight retired since the last hand-over; `true` (and back to 0)
-    /// once that reaches `due`. A block shared by several threads says `true` at once: its
+    /// Notes a retired value of `weight`; `true` (and the tally back to zero) when it is time
+    /// to hand the thread's bag over: at once for a value weighing `due` or more, else once
+    /// the values retired since the last hand-over weigh `due` and number at least
+    /// [`HAND_OVER_LIGHT`]. A block shared by several threads says `true` at once: its
     /// threads have no bag of their own to wait on (they pin through temporary handles).
     #[inline]
     pub(crate) fn hand_over_due(&self, weight: u64, due: u64) -> bool {
         if !self.owned {
             return true;
         }
-        // Relaxed: only the owning thread reads or writes it.
-        let now = self
-            .unflushed
-            .load(Ordering::Relaxed)
-            .saturating_add(weight);
-        let due = now >= due;
-        self.unflushed
-            .store(if due { 0 } else { now }, Ordering::Relaxed);
-        due
+        if weight >= due {
+            // Relaxed: see below.
+            self.unflushed.store(0, Ordering::Relaxed);
+            return true;
+        }
+        // Relaxed: only the owning thread reads or writes it. The weight is in the high
+        // bits, the count in the low byte (it saturates there, having done its job).
+        let tally = self.unflushed.load(Ordering::Relaxed);
+        let (sum, count) = (
+            (tally >> 8).saturating_add(weight),
+            (tally & 0xff).saturating_add(1).min(0xff),
+        );
+        let now = sum >= due && count >= HAND_OVER_LIGHT;
+        let tally = if now {
+            0
+        } else {
+            sum.min(u64::MAX >> 8) << 8 | count
+        };
+        self.unflushed.store(tally, Ordering::Relaxed);
+        now
     }
 }
 

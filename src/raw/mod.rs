@@ -129,7 +129,7 @@ impl Drop for Pin<'_> {
     }
 }
 
-/// A thread hands the values it retired by removals and replacements to the collector once
+/// A thread hands the values it retired (removed, replaced or evicted) to the collector once
 /// they weigh this fraction of the capacity (see `RawCache::retired`).
 const HAND_OVER: u64 = 64;
 
@@ -285,19 +285,17 @@ where
         while let Some(node) = policy.victim(capacity) {
             let shard = self.shard(node.hash);
             let kept = keep.min(node.weight());
-            if self
-                .take_if(
-                    &node,
-                    shard,
-                    &pin.guard,
-                    RemovalCause::Capacity,
-                    false,
-                    kept,
-                    false,
-                    |_| true,
-                )
-                .is_some()
-            {
+            if let Some((weight, _)) = self.take_if(
+                &node,
+                shard,
+                &pin.guard,
+                RemovalCause::Capacity,
+                false,
+                kept,
+                false,
+                |_| true,
+            ) {
+                self.retired(&pin, weight);
                 return Some(kept);
             }
         }
@@ -809,17 +807,23 @@ where
         };
     }
 
-    /// Notes that this thread retired a value of `weight` by a removal or a replacement, and
-    /// hands its epoch bag to the collector once the values retired since its last hand-over
-    /// weigh [`1/HAND_OVER`](HAND_OVER) of the capacity (at least 1).
+    /// Notes that this thread retired a value of `weight` (removed, replaced or evicted), and
+    /// hands its epoch bag to the collector when that is due: at once for a value weighing
+    /// [`1/HAND_OVER`](HAND_OVER) of the capacity (at least 1) or more, else once the values
+    /// retired since the last hand-over weigh that much and number at least eight (see
+    /// `StatsBlock::hand_over_due`).
     ///
     /// A value retired into a bag reaches the collector only when the bag fills (64
     /// retirements) or is flushed; until then a thread that stops using the cache keeps it
     /// alive, however long. Flushing after every removal bounded that to nothing but cost a
     /// sealed ~2 KB bag (an allocation and two copies) per removal, 41% of the instructions
-    /// of conc-map-bench's rapid-grow mix. Pacing by weight keeps what may wait on a quiet
-    /// thread proportionate: heavy values (a buffer weighed in bytes) are handed over at once,
-    /// light ones in batches, never more than a sixty-fourth of the cache by weight.
+    /// of conc-map-bench's rapid-grow mix; evictions, which happen on every miss of a full
+    /// cache, never flushed, and could leave a heavy value waiting. Pacing by weight keeps
+    /// what may wait on a quiet thread proportionate: heavy values (a buffer weighed in
+    /// bytes) are handed over at once, light ones in batches, so what waits is either under
+    /// a sixty-fourth of the cache by weight or fewer than eight light values (under an
+    /// eighth). The floor of eight keeps a small cache of light entries (187 by count: a
+    /// sixty-fourth is two) from sealing a bag every other miss.
     #[inline]
     fn retired(&self, pin: &Pin<'_>, weight: u64) {
         let due = (self.budget.capacity() / HAND_OVER).max(1);
