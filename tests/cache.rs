@@ -98,10 +98,19 @@ fn retired_values_reach_the_collector_by_weight() {
             s.spawn(|| c.reclaim());
         })
     };
+    // A cache of `capacity` holding keys `0..held`, of which `0..removed` are then removed.
+    let removed_from = |capacity: u64, held: u64, removed: u64| {
+        let c = Cache::<u64, Tracked>::new(capacity);
+        for k in 0..held {
+            c.insert(k, Tracked::new(k, &d)).unwrap();
+        }
+        for k in 0..removed {
+            drop(c.remove(&k));
+        }
+        c
+    };
     // Capacity 64: every removal weighs a sixty-fourth, so it is handed over at once.
-    let small = Cache::<u64, Tracked>::new(64);
-    small.insert(1, Tracked::new(1, &d)).unwrap();
-    drop(small.remove(&1));
+    let small = removed_from(64, 1, 1);
     others_reclaim(&small);
     assert_eq!(
         d.load(Ordering::SeqCst),
@@ -110,13 +119,7 @@ fn retired_values_reach_the_collector_by_weight() {
     );
 
     // Capacity 6,400: a hundred removals make a sixty-fourth.
-    let big = Cache::<u64, Tracked>::new(6_400);
-    for k in 0..100 {
-        big.insert(k, Tracked::new(k, &d)).unwrap();
-    }
-    for k in 0..99 {
-        drop(big.remove(&k));
-    }
+    let big = removed_from(6_400, 100, 99);
     others_reclaim(&big);
     // Some went with the bags that filled (64 retirements each); the rest still wait.
     let freed = d.load(Ordering::SeqCst) - 1;
@@ -138,13 +141,7 @@ fn retired_values_reach_the_collector_by_weight() {
     assert_eq!(d.load(Ordering::SeqCst), 102);
 
     // A sixty-fourth of 187 is 2: light values go eight at a time, not two.
-    let small_light = Cache::<u64, Tracked>::new(187);
-    for k in 0..8 {
-        small_light.insert(k, Tracked::new(k, &d)).unwrap();
-    }
-    for k in 0..7 {
-        drop(small_light.remove(&k));
-    }
+    let small_light = removed_from(187, 8, 7);
     others_reclaim(&small_light);
     assert_eq!(d.load(Ordering::SeqCst), 102, "seven light removals wait");
     drop(small_light.remove(&7));
@@ -156,10 +153,7 @@ fn retired_values_reach_the_collector_by_weight() {
     );
 
     // Evictions follow the same rule: in a full cache of 64, each one weighs a sixty-fourth.
-    let full = Cache::<u64, Tracked>::new(64);
-    for k in 0..65 {
-        full.insert(k, Tracked::new(k, &d)).unwrap();
-    }
+    let full = removed_from(64, 65, 0);
     assert_eq!(full.stats().evictions, 1);
     others_reclaim(&full);
     assert_eq!(
