@@ -204,8 +204,8 @@ impl Domain {
     /// Pins this cache's epoch on the calling thread and returns the thread's stats block.
     ///
     /// Inlined, with everything but the remembered registration's check outlined into
-    /// [`pin_slow`](Self::pin_slow): a call and a return around a pin's locked instruction
-    /// cost a third of a pinned `get` (`docs/DESIGN.md`).
+    /// [`pin_slow`](Self::pin_slow): the calls and returns around a pin's locked instruction
+    /// cost 1.3 ns of the 4.8 a pin and unpin took (`docs/DESIGN.md`, "The pin inlined").
     #[inline(always)]
     pub(crate) fn pin(&self) -> (Guard, &StatsBlock) {
         match THREAD.try_with(|t| t.last.get(self.id)) {

@@ -129,8 +129,9 @@ impl Drop for Pin<'_> {
     }
 }
 
-/// A thread hands the values it retired (removed, replaced or evicted) to the collector once
-/// they weigh this fraction of the capacity (see `RawCache::retired`).
+/// The share of the capacity (one part in `HAND_OVER`) that a thread's retired values
+/// (removed, replaced or evicted) may weigh before it hands them to the collector (see
+/// `RawCache::retired`).
 const HAND_OVER: u64 = 64;
 
 /// Why an `insert` was refused.
@@ -844,7 +845,8 @@ where
     /// replaced it first (the eviction policy's victim is that node, not its replacement).
     ///
     /// The value goes to this thread's epoch bag, which reaches the collector only when it
-    /// fills or is flushed: see [`retired`](Self::retired) for when removals flush.
+    /// fills or is flushed: see [`retired`](Self::retired) for when a removal or an eviction
+    /// flushes it.
     fn take(
         &self,
         node: &Node<K, V>,
