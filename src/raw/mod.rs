@@ -296,7 +296,7 @@ where
                 false,
                 |_| true,
             ) {
-                self.retired(&pin, weight);
+                self.retired(&pin, weight, capacity);
                 return Some(kept);
             }
         }
@@ -712,7 +712,8 @@ where
                             let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
                             self.notify(new.key(), &old, RemovalCause::Replaced);
                             self.admit(new);
-                            self.retired(&pin, current.acquired_weight());
+                            let capacity = self.budget.capacity();
+                            self.retired(&pin, current.acquired_weight(), capacity);
                             return Ok(Some(old));
                         }
                         Err(_) => {
@@ -825,9 +826,12 @@ where
     /// a sixty-fourth of the cache by weight or fewer than eight light values (under an
     /// eighth). The floor of eight keeps a small cache of light entries (187 by count: a
     /// sixty-fourth is two) from sealing a bag every other miss.
+    ///
+    /// `capacity` is the budget's, as the caller last read it (an evictor has it in hand, so
+    /// the budget's contended line is not read again per eviction).
     #[inline]
-    fn retired(&self, pin: &Pin<'_>, weight: u64) {
-        let due = (self.budget.capacity() / HAND_OVER).max(1);
+    fn retired(&self, pin: &Pin<'_>, weight: u64, capacity: u64) {
+        let due = (capacity / HAND_OVER).max(1);
         if pin.stats.hand_over_due(weight, due) {
             pin.guard.flush();
         }
@@ -951,7 +955,7 @@ where
             pred,
         )?;
         pin.stats.bump(Counter::Removal);
-        self.retired(&pin, removed.0);
+        self.retired(&pin, removed.0, self.budget.capacity());
         Some(removed.1.expect("a removal by key hands the value back"))
     }
 
