@@ -77,7 +77,8 @@ pub enum WhenFull {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RemovalCause {
-    /// Removed to honour the capacity (a shrink by `set_capacity`).
+    /// Evicted by the policy to make room for a new entry, or removed to honour a smaller
+    /// capacity (`set_capacity`).
     Capacity,
     /// Removed by [`Cache::remove`].
     Removed,
@@ -100,11 +101,14 @@ pub struct Stats {
     pub builds: u64,
     /// Builder runs that returned an error.
     pub build_failures: u64,
-    /// Callers that waited for another caller's build.
+    /// Callers that waited for another caller's build. Such a caller counts here, not as a
+    /// hit or a miss, unless the build it waited for left nothing it can take (the builder
+    /// panicked, or failed with an error of another type): then its own next try counts
+    /// too, as a hit or a miss.
     pub waits: u64,
     /// Values that were built or inserted but did not fit, so were not cached.
     pub rejections: u64,
-    /// Entries removed to honour a smaller capacity.
+    /// Entries evicted to make room for new ones, or removed to honour a smaller capacity.
     pub evictions: u64,
     /// Entries removed by [`Cache::remove`].
     pub removals: u64,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{drops, on_threads, TestAllocator, Tracked};
+use common::{drops, on_threads, silence_planned_panics, TestAllocator, Tracked, PLANNED};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use runcache::constant::{AddError, ConstantCache, ConstantKey};
@@ -14,25 +14,11 @@ use runcache::WhenFull;
 use runcache::{AllocError, BufferAllocator, Cache, ConstantBuffer, DeviceKind};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Once};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 const THREADS: usize = 4;
 const OPS: usize = 6_000;
-const FAULT: &str = "injected fault";
-
-/// Silences the panics this file injects on purpose (and only those).
-fn quiet_injected_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<&str>() != Some(&FAULT) {
-                previous(info);
-            }
-        }));
-    });
-}
 
 /// What a faulty builder does on one call.
 fn faulty(
@@ -43,7 +29,7 @@ fn faulty(
 ) -> Result<Tracked, u64> {
     match rng.random_range(0..10) {
         0 => Err(id),
-        1 => std::panic::panic_any(FAULT),
+        1 => std::panic::panic_any(PLANNED),
         2 => {
             std::thread::sleep(Duration::from_micros(200));
             made.fetch_add(1, Ordering::SeqCst);
@@ -57,7 +43,7 @@ fn faulty(
 }
 
 fn chaos(when_full: WhenFull, seed: u64) {
-    quiet_injected_panics();
+    silence_planned_panics();
     let made = Arc::new(AtomicUsize::new(0));
     let dropped = drops();
     {
@@ -67,7 +53,7 @@ fn chaos(when_full: WhenFull, seed: u64) {
             .when_full(when_full)
             .weigher(|_, v| {
                 if v.id % 23 == 0 {
-                    std::panic::panic_any(FAULT);
+                    std::panic::panic_any(PLANNED);
                 }
                 v.id % 5
             })

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{drops, on_threads, TestAllocator, Tracked};
+use common::{drops, on_threads, silence_planned_panics, TestAllocator, Tracked, PLANNED};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use runcache::constant::{ConstantCache, ConstantKey};
@@ -23,7 +23,6 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 const THREADS: usize = 4;
-const FAULT: &str = "soak fault";
 
 fn seconds() -> u64 {
     std::env::var("RUNCACHE_SOAK_SECS")
@@ -40,12 +39,7 @@ struct Pool {
 #[test]
 #[ignore = "soak: run explicitly (see .ci/run)"]
 fn every_layer_at_once_leaks_nothing_and_accounts_exactly() {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if info.payload().downcast_ref::<&str>() != Some(&FAULT) {
-            previous(info);
-        }
-    }));
+    silence_planned_panics();
     let made = Arc::new(AtomicUsize::new(0));
     let dropped = drops();
     let bytes = Arc::new(TestAllocator::new(DeviceKind::Cpu));
@@ -113,7 +107,7 @@ fn every_layer_at_once_leaks_nothing_and_accounts_exactly() {
                         let v = track();
                         let _ = evicting.try_get_or_insert_with(k % 800, || match fail {
                             0 => Err(()),
-                            1 => std::panic::panic_any(FAULT),
+                            1 => std::panic::panic_any(PLANNED),
                             _ => Ok(v),
                         });
                     }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{drops, Tracked};
+use common::{drops, silence_planned_panics, Tracked, PLANNED};
 use runcache::Cache;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -14,6 +14,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 const THREADS: usize = 4;
+/// Threads of the many-thread runs.
+const MANY_THREADS: usize = 256;
 const KEYS: u64 = 2048;
 
 fn ops_per_thread() -> usize {
@@ -34,9 +36,22 @@ fn next(state: &mut u64) -> u64 {
 #[test]
 #[ignore = "stress: run explicitly (see .ci/run)"]
 fn mixed_operations_leak_nothing_and_account_exactly() {
+    mixed_operations(THREADS, ops_per_thread());
+}
+
+/// The same operations spread over 256 threads (the same total: `RUNCACHE_STRESS_OPS` × 4),
+/// so that many threads at once register with the cache's collector, park on the same
+/// loading slots and race the same evictions, on 2 cores as on 200.
+#[test]
+#[ignore = "stress: run explicitly (see .ci/run)"]
+fn hundreds_of_threads_leak_nothing_and_account_exactly() {
+    mixed_operations(MANY_THREADS, ops_per_thread() * THREADS / MANY_THREADS);
+}
+
+/// `threads` threads × `n` mixed operations on one evicting, weighted cache.
+fn mixed_operations(threads: usize, n: usize) {
     let created = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let dropped = drops();
-    let n = ops_per_thread();
     {
         let cache = Arc::new(
             Cache::<u64, Tracked>::builder()
@@ -46,16 +61,9 @@ fn mixed_operations_leak_nothing_and_account_exactly() {
                 .build()
                 .unwrap(),
         );
-        let barrier = Arc::new(Barrier::new(THREADS));
-        // Silence the expected panics of the panicking builders.
-        let hook = Arc::new(std::panic::take_hook());
-        let chained = hook.clone();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<&str>() != Some(&"builder panics on purpose") {
-                chained(info);
-            }
-        }));
-        let handles: Vec<_> = (0..THREADS)
+        let barrier = Arc::new(Barrier::new(threads));
+        silence_planned_panics();
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (cache, barrier) = (cache.clone(), barrier.clone());
                 let (created, dropped) = (created.clone(), dropped.clone());
@@ -105,7 +113,7 @@ fn mixed_operations_leak_nothing_and_account_exactly() {
                                 let res = catch_unwind(AssertUnwindSafe(|| {
                                     cache.get_or_insert_with(key, || {
                                         if r & (1 << 21) == 0 {
-                                            panic!("builder panics on purpose");
+                                            std::panic::panic_any(PLANNED);
                                         }
                                         make(key * 8 + 3)
                                     })
@@ -136,7 +144,6 @@ fn mixed_operations_leak_nothing_and_account_exactly() {
         for h in handles {
             h.join().expect("a stress thread failed");
         }
-        let _ = std::panic::take_hook();
 
         // Quiet now: the accounting must be exact.
         let pinned = cache.pin();
@@ -197,4 +204,166 @@ fn single_key_storms_run_one_build_per_attempt() {
         }
         assert_eq!(builds.load(Ordering::SeqCst), 1, "round {round}");
     }
+}
+
+/// 256 callers on one missing key, three ways: a builder that succeeds (one build, one value
+/// for all), builders that fail (every attempt's error reaches exactly the callers that
+/// waited on it, nothing is cached), and builders of which the first five panic (each panic
+/// reaches only its own caller, a waiter takes the build over, everyone else gets the one
+/// value). Nobody is stranded: every thread returns.
+#[test]
+#[ignore = "stress: run explicitly (see .ci/run)"]
+fn hundreds_of_callers_on_one_key_share_each_attempt_and_none_is_stranded() {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+    silence_planned_panics();
+    type Caller<'a> =
+        dyn Fn(&Cache<u64, u64>, &AtomicUsize) -> Result<Arc<u64>, Arc<usize>> + Sync + 'a;
+    let storm = |work: &Caller<'_>| {
+        let cache = Cache::<u64, u64>::new(10);
+        let attempts = AtomicUsize::new(0);
+        let barrier = Barrier::new(MANY_THREADS);
+        let results: Vec<_> = thread::scope(|s| {
+            let handles: Vec<_> = (0..MANY_THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        catch_unwind(AssertUnwindSafe(|| work(&cache, &attempts)))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        (cache, attempts.into_inner(), results)
+    };
+    let slow = || thread::sleep(Duration::from_millis(20));
+
+    // One build, one value for every caller.
+    let (cache, attempts, results) = storm(&|c, attempts| {
+        Ok(c.get_or_insert_with(7, || {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            slow();
+            70
+        }))
+    });
+    assert_eq!(attempts, 1);
+    let first = results[0].as_ref().unwrap().as_ref().unwrap().clone();
+    for r in &results {
+        assert!(Arc::ptr_eq(r.as_ref().unwrap().as_ref().unwrap(), &first));
+    }
+    let s = cache.stats();
+    assert_eq!(s.builds, 1, "{s:?}");
+    assert_eq!(
+        s.misses + s.hits + s.waits,
+        MANY_THREADS as u64,
+        "each caller counts once, as the builder's miss, a hit or a wait: {s:?}"
+    );
+
+    // Every attempt fails: each caller gets the error of the attempt it built or waited on.
+    let (cache, attempts, results) = storm(&|c, attempts| {
+        c.try_get_or_insert_with(7, || {
+            let n = attempts.fetch_add(1, Ordering::SeqCst);
+            slow();
+            Err(n)
+        })
+    });
+    let mut errors: Vec<Arc<usize>> = Vec::new();
+    for r in results {
+        let e = r.unwrap().expect_err("nothing can succeed");
+        if !errors.iter().any(|seen| Arc::ptr_eq(seen, &e)) {
+            errors.push(e);
+        }
+    }
+    let mut ids: Vec<usize> = errors.iter().map(|e| **e).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..attempts).collect::<Vec<_>>(),
+        "each attempt's own error, shared by its waiters, and no other"
+    );
+    assert_eq!(cache.stats().build_failures, attempts as u64);
+    assert!(cache.is_empty() && cache.get(&7).is_none());
+
+    // The first five builders panic; a waiter takes each over, until one succeeds.
+    let (cache, attempts, results) = storm(&|c, attempts| {
+        Ok(c.get_or_insert_with(7, || {
+            let n = attempts.fetch_add(1, Ordering::SeqCst);
+            slow();
+            if n < 5 {
+                std::panic::panic_any(PLANNED);
+            }
+            70
+        }))
+    });
+    assert_eq!(
+        attempts, 6,
+        "five panicking attempts, then one that succeeds"
+    );
+    let panics = results.iter().filter(|r| r.is_err()).count();
+    assert_eq!(panics, 5, "each panic reaches its own caller only");
+    let values: Vec<_> = results.into_iter().filter_map(|r| r.ok()).collect();
+    for v in &values {
+        assert!(Arc::ptr_eq(
+            v.as_ref().unwrap(),
+            values[0].as_ref().unwrap()
+        ));
+    }
+    assert_eq!(*cache.get(&7).unwrap(), 70);
+}
+
+/// Threads that use the cache for a moment and exit, 32 at a time for 16 rounds (512 in
+/// all): their registrations with the collector go away with them, and what they removed,
+/// replaced or evicted is not stranded in their epoch bags: once they are gone, `reclaim`
+/// frees all of it, leaving alive exactly the values still cached.
+#[test]
+#[ignore = "stress: run explicitly (see .ci/run)"]
+fn threads_that_come_and_go_strand_nothing() {
+    let created = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dropped = drops();
+    let cache = Arc::new(
+        Cache::<u64, Tracked>::builder()
+            .capacity(500)
+            .build()
+            .unwrap(),
+    );
+    for round in 0..16u64 {
+        let handles: Vec<_> = (0..32u64)
+            .map(|t| {
+                let (cache, created, dropped) = (cache.clone(), created.clone(), dropped.clone());
+                thread::spawn(move || {
+                    let mut rng = 0x2545_F491_4F6C_DD1D ^ (round << 8 | t);
+                    for _ in 0..300 {
+                        let r = next(&mut rng);
+                        let key = (r >> 8) % KEYS;
+                        let make = || {
+                            created.fetch_add(1, Ordering::SeqCst);
+                            Tracked::new(key, &dropped)
+                        };
+                        match r % 4 {
+                            0 => drop(cache.insert(key, make())),
+                            1 => drop(cache.remove(&key)),
+                            _ => assert_eq!(cache.get_or_insert_with(key, make).id, key),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a short-lived thread failed");
+        }
+    }
+    cache.reclaim();
+    cache.__validate().unwrap();
+    let (made, gone) = (
+        created.load(Ordering::SeqCst),
+        dropped.load(Ordering::SeqCst),
+    );
+    assert!(cache.stats().evictions > 0, "the cache must have been full");
+    assert_eq!(
+        made - gone,
+        cache.len(),
+        "alive after reclaim: exactly the cached values ({made} made, {gone} dropped)"
+    );
+    drop(cache);
+    assert_eq!(dropped.load(Ordering::SeqCst), made);
 }

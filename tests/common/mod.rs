@@ -4,7 +4,7 @@
 use runcache::{AllocError, BufferAllocator, Cache, DeviceKind, HostAllocator};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 /// Shard counts every configuration-sensitive test runs with.
 pub const SHARDS: [usize; 3] = [1, 4, 64];
@@ -23,6 +23,24 @@ where
             .expect("valid shard count");
         test(cache);
     }
+}
+
+/// The payload of every panic a test raises on purpose (`std::panic::panic_any(PLANNED)`).
+pub const PLANNED: &str = "planned panic: a test injects it on purpose";
+
+/// Silences the panics whose payload is [`PLANNED`], and only those, for the whole test
+/// binary. Installed once: tests run in parallel, and a hook that one of them put back would
+/// unmute the others.
+pub fn silence_planned_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&PLANNED) {
+                previous(info);
+            }
+        }));
+    });
 }
 
 /// A value that counts its drops.
