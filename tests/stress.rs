@@ -367,3 +367,42 @@ fn threads_that_come_and_go_strand_nothing() {
     drop(cache);
     assert_eq!(dropped.load(Ordering::SeqCst), made);
 }
+
+/// 256 threads share three memory pools, waiting (parked, no timeout) whenever all three are
+/// out: a pool is never held by two threads at once, and no waiter misses the return it is
+/// waiting for (a lost wake-up would leave a thread parked forever and the test hanging).
+#[test]
+#[ignore = "stress: run explicitly (see .ci/run)"]
+fn hundreds_of_threads_wait_for_three_pools_and_none_is_stranded() {
+    use runcache::pool::PoolManager;
+    use std::sync::atomic::AtomicU64;
+    const MAX: usize = 3;
+    const ROUNDS: u64 = 10;
+    let pools = PoolManager::builder(|| AtomicU64::new(0))
+        .max_pools(MAX)
+        .build()
+        .unwrap();
+    let barrier = Barrier::new(MANY_THREADS);
+    thread::scope(|s| {
+        for me in 1..=MANY_THREADS as u64 {
+            let (pools, barrier) = (&pools, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..ROUNDS {
+                    let holder = pools.reserve().expect("an untimed wait never fails");
+                    let before = holder.swap(me, Ordering::SeqCst);
+                    assert_eq!(before, 0, "a pool held by {before} was handed to {me}");
+                    thread::yield_now();
+                    holder.store(0, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    let s = pools.stats();
+    assert_eq!(s.reserves, MANY_THREADS as u64 * ROUNDS);
+    assert!(
+        pools.pools() <= MAX && s.peak_reserved as usize <= MAX,
+        "{s:?}"
+    );
+    assert_eq!(pools.reserved(), 0);
+}
