@@ -143,10 +143,12 @@ impl<K, V> Node<K, V> {
     /// The weight reserved for the value, for a thread that acquired the value (under loom,
     /// the read is checked for that order).
     pub(crate) fn acquired_weight(&self) -> u64 {
-        // SAFETY: written once before the value was published; the caller acquired it.
         #[cfg(runcache_loom)]
-        self.witness
-            .with(|w| debug_assert_eq!(unsafe { *w }, self.weight()));
+        self.witness.with(|w| {
+            // SAFETY: written once before the value was published; the caller acquired it.
+            let witnessed = unsafe { *w };
+            debug_assert_eq!(witnessed, self.weight());
+        });
         self.weight()
     }
 
