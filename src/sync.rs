@@ -16,8 +16,12 @@
 //! * [`AtomicPair`] packs the weighted size and the capacity into one 128-bit word so that the
 //!   check `size + weight <= capacity` and the update happen in one compare-and-swap. On x86_64
 //!   this is `cmpxchg16b` (detected at run time by `portable-atomic`); under loom it is a loom
-//!   mutex around the pair, which models exactly the same linearizable operations: the only
-//!   lock in the crate, and it exists only in the model.
+//!   mutex around the pair, which models exactly the same linearizable operations.
+//! * [`Queue`] is crossbeam's lock-free `SegQueue`, whose atomics loom cannot see (crossbeam-queue
+//!   has no loom build); under loom it is a loom mutex around a `VecDeque`, the same
+//!   linearizable queue with the happens-before edges a push and its pop make, so the eviction
+//!   policy's queues and the pool waiters' protocol are checked against a queue loom can see.
+//!   These two mutexes are the only locks in the crate, and they exist only in the model.
 
 #[cfg(not(runcache_loom))]
 mod imp {
@@ -64,6 +68,36 @@ mod imp {
     /// Parks the calling thread until it is unparked or `timeout` passes (or spuriously).
     pub(crate) fn park_timeout(timeout: std::time::Duration) {
         std::thread::park_timeout(timeout);
+    }
+
+    /// Parks the calling thread until it is unparked (or spuriously).
+    pub(crate) fn park() {
+        std::thread::park();
+    }
+
+    /// A lock-free multi-producer multi-consumer FIFO queue.
+    pub(crate) struct Queue<T>(crossbeam_queue::SegQueue<T>);
+
+    impl<T> Queue<T> {
+        pub(crate) fn new() -> Self {
+            Self(crossbeam_queue::SegQueue::new())
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.0.pop()
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
+        pub(crate) fn len(&self) -> usize {
+            self.0.len()
+        }
     }
 
     /// Two `u64` halves (`lo`, `hi`) updated together by one atomic operation.
@@ -152,6 +186,42 @@ mod imp {
     /// loop re-checks (timeouts themselves are not modelled).
     pub(crate) fn park_timeout(_timeout: std::time::Duration) {
         loom::thread::yield_now();
+    }
+
+    /// loom's own park: a model in which every thread is parked fails as a deadlock, so a
+    /// lost wake-up is found rather than waited out.
+    pub(crate) fn park() {
+        loom::thread::park();
+    }
+
+    /// Model of the lock-free queue: each operation is one critical section, the
+    /// linearizable behaviour of `SegQueue`, with the edge from a push to its pop that loom
+    /// cannot see inside crossbeam-queue.
+    pub(crate) struct Queue<T>(Mutex<std::collections::VecDeque<T>>);
+
+    impl<T> Queue<T> {
+        pub(crate) fn new() -> Self {
+            Self(Mutex::new(std::collections::VecDeque::new()))
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(value);
+        }
+
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        }
+
+        pub(crate) fn len(&self) -> usize {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+        }
     }
 
     /// Model of the 128-bit pair: each operation is one critical section, which is exactly

@@ -368,41 +368,68 @@ fn threads_that_come_and_go_strand_nothing() {
     assert_eq!(dropped.load(Ordering::SeqCst), made);
 }
 
-/// 256 threads share three memory pools, waiting (parked, no timeout) whenever all three are
-/// out: a pool is never held by two threads at once, and no waiter misses the return it is
-/// waiting for (a lost wake-up would leave a thread parked forever and the test hanging).
+/// 256 threads share three memory pools, waiting whenever all three are out: parked with no
+/// timeout, then with a 2 ms timeout (a thread that times out tries again, so waiters leave
+/// the queue on their own while others are being woken). A pool is never held by two threads
+/// at once, and no waiter misses the return it waits for: a lost wake-up leaves an untimed
+/// waiter parked forever, and the test hanging.
 #[test]
 #[ignore = "stress: run explicitly (see .ci/run)"]
 fn hundreds_of_threads_wait_for_three_pools_and_none_is_stranded() {
-    use runcache::pool::PoolManager;
+    use runcache::pool::{PoolManager, WhenExhausted};
+    use runcache::PoolError;
     use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
     const MAX: usize = 3;
-    const ROUNDS: u64 = 10;
-    let pools = PoolManager::builder(|| AtomicU64::new(0))
-        .max_pools(MAX)
-        .build()
-        .unwrap();
-    let barrier = Barrier::new(MANY_THREADS);
-    thread::scope(|s| {
-        for me in 1..=MANY_THREADS as u64 {
-            let (pools, barrier) = (&pools, &barrier);
-            s.spawn(move || {
-                barrier.wait();
-                for _ in 0..ROUNDS {
-                    let holder = pools.reserve().expect("an untimed wait never fails");
-                    let before = holder.swap(me, Ordering::SeqCst);
-                    assert_eq!(before, 0, "a pool held by {before} was handed to {me}");
-                    thread::yield_now();
-                    holder.store(0, Ordering::SeqCst);
-                }
-            });
+    const ROUNDS: u64 = 20;
+    for exhausted in [
+        WhenExhausted::Wait,
+        WhenExhausted::WaitFor(Duration::from_millis(2)),
+    ] {
+        let pools = PoolManager::builder(|| AtomicU64::new(0))
+            .max_pools(MAX)
+            .when_exhausted(exhausted)
+            .build()
+            .unwrap();
+        let (barrier, timeouts) = (Barrier::new(MANY_THREADS), AtomicU64::new(0));
+        thread::scope(|s| {
+            for me in 1..=MANY_THREADS as u64 {
+                let (pools, barrier, timeouts) = (&pools, &barrier, &timeouts);
+                s.spawn(move || {
+                    barrier.wait();
+                    let mut done = 0;
+                    while done < ROUNDS {
+                        let holder = match pools.reserve() {
+                            Ok(holder) => holder,
+                            Err(PoolError::TimedOut { .. }) => {
+                                timeouts.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            Err(e) => panic!("{exhausted:?}: {e}"),
+                        };
+                        let before = holder.swap(me, Ordering::SeqCst);
+                        assert_eq!(before, 0, "a pool held by {before} was handed to {me}");
+                        thread::yield_now();
+                        holder.store(0, Ordering::SeqCst);
+                        done += 1;
+                    }
+                });
+            }
+        });
+        let s = pools.stats();
+        assert_eq!(s.reserves, MANY_THREADS as u64 * ROUNDS, "{exhausted:?}");
+        assert!(
+            pools.pools() <= MAX && s.peak_reserved as usize <= MAX,
+            "{exhausted:?}: {s:?}"
+        );
+        assert_eq!(pools.reserved(), 0);
+        if exhausted == WhenExhausted::Wait {
+            assert_eq!(timeouts.load(Ordering::Relaxed), 0);
         }
-    });
-    let s = pools.stats();
-    assert_eq!(s.reserves, MANY_THREADS as u64 * ROUNDS);
-    assert!(
-        pools.pools() <= MAX && s.peak_reserved as usize <= MAX,
-        "{s:?}"
-    );
-    assert_eq!(pools.reserved(), 0);
+        println!(
+            "{exhausted:?}: {} waits, {} timeouts",
+            s.waits,
+            timeouts.load(Ordering::Relaxed)
+        );
+    }
 }

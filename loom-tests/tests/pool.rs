@@ -58,3 +58,68 @@ fn a_growing_manager_hands_out_distinct_pools() {
         );
     });
 }
+
+/// Two threads wait for the one pool the main thread holds: each return wakes one waiter, a
+/// waiter that finds the pool in its own look after a returner chose it passes that wake on,
+/// and nobody sleeps forever (under the model, `park` is loom's, which fails the model as a
+/// deadlock when every thread is parked).
+#[test]
+fn two_waiters_for_one_pool_no_wake_up_is_lost() {
+    loom::model(|| {
+        let pools = Arc::new(PoolManager::builder(|| 0u64).max_pools(1).build().unwrap());
+        let held = pools.reserve().unwrap();
+        let waiters: Vec<_> = [1u64, 10]
+            .into_iter()
+            .map(|add| {
+                let pools = pools.clone();
+                thread::spawn(move || {
+                    let mut p = pools.reserve().unwrap();
+                    *p += add;
+                })
+            })
+            .collect();
+        drop(held);
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(*pools.reserve().unwrap(), 11, "both waiters had the pool");
+        assert_eq!(pools.stats().created, 1);
+    });
+}
+
+/// Two threads wait for the two pools the main thread holds and returns one after the other;
+/// each keeps its pool until both have one, so a pool comes back only if both waiters got
+/// theirs. A waiter's own look may take the first pool while the second return's wake
+/// chooses that same waiter; it must pass the wake on (W3 in `src/raw/pool.rs`), or the other
+/// waiter sleeps beside a free pool and the model fails (a deadlock, or the first waiter's
+/// wait for the second exhausting loom's branches).
+#[test]
+fn two_waiters_for_two_pools_a_wake_is_passed_on() {
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    loom::model(|| {
+        let pools = Arc::new(PoolManager::builder(|| 0u64).max_pools(2).build().unwrap());
+        let have = Arc::new(AtomicUsize::new(0));
+        let (first, second) = (pools.reserve().unwrap(), pools.reserve().unwrap());
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (pools, have) = (pools.clone(), have.clone());
+                thread::spawn(move || {
+                    let mut p = pools.reserve().unwrap();
+                    *p += 1;
+                    have.fetch_add(1, Ordering::AcqRel);
+                    while have.load(Ordering::Acquire) < 2 {
+                        thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        drop(first);
+        drop(second);
+        for w in waiters {
+            w.join().unwrap();
+        }
+        let (a, b) = (pools.reserve().unwrap(), pools.reserve().unwrap());
+        assert_eq!(*a + *b, 2, "each waiter had a pool");
+        assert_eq!(pools.stats().created, 2);
+    });
+}

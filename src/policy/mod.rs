@@ -22,7 +22,8 @@
 //!
 //! One-hit wonders (scans) therefore leave through the small queue without disturbing the
 //! main one, and loops larger than the cache cannot wash out its frequent entries. The queues
-//! are `crossbeam_queue::SegQueue`s (lock-free, MPMC) of `Arc`s of the table's nodes, so a
+//! are `crossbeam_queue::SegQueue`s (lock-free, MPMC; a loom-visible model of one under loom,
+//! see `crate::sync::Queue`) of `Arc`s of the table's nodes, so a
 //! popped node is always valid; entries are queued only once their value is published, so an
 //! entry being built is never evicted. Removal from the table does not touch the queues: dead
 //! entries are skipped when popped, and compacted away when they outnumber the live ones.
@@ -30,8 +31,7 @@
 
 mod sketch;
 
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use crossbeam_queue::SegQueue;
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, Queue};
 use sketch::Sketch;
 use std::cell::Cell;
 
@@ -202,11 +202,11 @@ impl<'a, T: Queued> PassLimit<'a, T> {
 
 /// The S3-FIFO queues of one cache.
 pub(crate) struct S3Fifo<T> {
-    small: SegQueue<T>,
-    main: SegQueue<T>,
+    small: Queue<T>,
+    main: Queue<T>,
     /// Main-queue victims that won their admission duel: they keep the head of the main
     /// queue (popped before `main`), as if the queue could be peeked.
-    front: SegQueue<T>,
+    front: Queue<T>,
     sketch: Sketch,
     small_weight: AtomicU64,
     main_weight: AtomicU64,
@@ -225,9 +225,9 @@ impl<T: Queued> S3Fifo<T> {
             GHOST_PER_ENTRY * entries.clamp(64, 1 << 20)
         };
         Self {
-            small: SegQueue::new(),
-            main: SegQueue::new(),
-            front: SegQueue::new(),
+            small: Queue::new(),
+            main: Queue::new(),
+            front: Queue::new(),
             sketch: Sketch::new(entries),
             small_weight: AtomicU64::new(0),
             main_weight: AtomicU64::new(0),
@@ -734,7 +734,7 @@ fn subtract(total: &AtomicU64, w: u64) {
 }
 
 /// Appends an entry to a queue and adds its weight to the queue's total.
-fn push<T: Queued>(queue: &SegQueue<T>, total: &AtomicU64, e: T) {
+fn push<T: Queued>(queue: &Queue<T>, total: &AtomicU64, e: T) {
     // Relaxed: a queue-size hint.
     total.fetch_add(e.weight(), Ordering::Relaxed);
     queue.push(e);

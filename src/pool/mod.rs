@@ -10,7 +10,9 @@
 //! - With no free pool, the manager creates `pools_per_growth` new ones with its factory (it
 //!   grows) and hands one out; the others become free.
 //! - With a maximum and every pool reserved, it waits (parked, optionally with a timeout) or
-//!   fails with a typed [`PoolError`], as configured.
+//!   fails with a typed [`PoolError`], as configured. Waiters queue in arrival order, and each
+//!   returned pool wakes one of them, the longest waiting (a thread that comes along while a
+//!   pool is free takes it without queueing).
 //! - [`PoolManager::clear`] frees the free pools and never a reserved one; dropping the
 //!   manager (when the cached object that owns it is evicted and its last holder lets go)
 //!   frees them all.
@@ -32,7 +34,7 @@
 
 use crate::error::PoolError;
 use crate::raw::pool::{PoolSlots, ReturnPool, Waiters};
-use crate::sync::{park_timeout, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{park, park_timeout, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -216,21 +218,29 @@ impl<P: Send> PoolManager<P> {
                 self.counters.waits.fetch_add(1, Ordering::Relaxed);
                 waited = true;
             }
-            self.waiters.register();
-            if let Some(index) = self.slots.pop_free() {
-                self.counters.reuses.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.hand_out(index));
-            }
-            match deadline {
-                Some((at, after)) => {
-                    let now = Instant::now();
-                    if now >= at {
-                        return Err(PoolError::TimedOut { after, max_pools });
-                    }
-                    park_timeout(at - now);
+            // Registered, look for a pool once more, then park until a returner wakes this
+            // registration (the waiter protocol, W1–W3, is in `raw/pool.rs`). Woken, start
+            // over: a pool, a new one, or a new registration.
+            let me = self.waiters.register();
+            while !me.woken() {
+                if let Some(index) = self.slots.pop_free() {
+                    // A wake that chose this thread meanwhile goes on to the next (W3).
+                    self.waiters.leave(&me);
+                    self.counters.reuses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(self.hand_out(index));
                 }
-                // No timeout: park for a while and re-check (a spurious wake-up is harmless).
-                None => park_timeout(Duration::from_millis(100)),
+                match deadline {
+                    Some((at, after)) => {
+                        let now = Instant::now();
+                        if now >= at {
+                            self.waiters.leave(&me);
+                            return Err(PoolError::TimedOut { after, max_pools });
+                        }
+                        park_timeout(at - now);
+                    }
+                    // A spurious return only leads to another look.
+                    None => park(),
+                }
             }
         }
     }
