@@ -433,3 +433,61 @@ fn hundreds_of_threads_wait_for_three_pools_and_none_is_stranded() {
         );
     }
 }
+
+/// 256 threads at once ask a fresh multi-cache for three key types it has never seen (so they
+/// race to create each per-type cache) and a grouped cache for the same entries of two
+/// sessions: every (type, key) and every (session, group, name) is built exactly once, and
+/// every caller gets the one value built.
+#[test]
+#[ignore = "stress: run explicitly (see .ci/run)"]
+fn hundreds_of_threads_build_each_key_once_in_the_multi_and_grouped_caches() {
+    use runcache::grouped::GroupedCache;
+    use runcache::multi::MultiCache;
+    use std::sync::atomic::AtomicUsize;
+    const KEYS: u32 = 8;
+    let multi = MultiCache::new(1024);
+    let grouped: GroupedCache<u32, u32, u32, u64> = GroupedCache::new(0);
+    let builds: Vec<AtomicUsize> = (0..4 * KEYS).map(|_| AtomicUsize::new(0)).collect();
+    let barrier = Barrier::new(MANY_THREADS);
+    thread::scope(|s| {
+        for t in 0..MANY_THREADS as u32 {
+            let (multi, grouped, builds, barrier) = (&multi, &grouped, &builds, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..KEYS {
+                    let k = (i + t) % KEYS;
+                    let count = |slot: u32| {
+                        builds[slot as usize].fetch_add(1, Ordering::SeqCst);
+                    };
+                    let (a, _) = multi.get_or_create(&k, |k| {
+                        count(*k);
+                        u64::from(*k)
+                    });
+                    let (b, _) = multi.get_or_create(&u64::from(k), |k| {
+                        count(KEYS + *k as u32);
+                        *k as u32
+                    });
+                    let (c, _) = multi.get_or_create(&(k as u16), |k| {
+                        count(2 * KEYS + u32::from(*k));
+                        i64::from(*k)
+                    });
+                    assert_eq!((*a, *b, *c), (u64::from(k), k, i64::from(k)));
+                    let v = grouped.get_or_insert_with(&(k % 2), &(k / 2), &k, || {
+                        count(3 * KEYS + k);
+                        100 + u64::from(k)
+                    });
+                    assert_eq!(*v, 100 + u64::from(k));
+                }
+            });
+        }
+    });
+    for (slot, n) in builds.iter().enumerate() {
+        assert_eq!(
+            n.load(Ordering::SeqCst),
+            1,
+            "entry {slot} was built more than once or never"
+        );
+    }
+    assert_eq!(multi.type_count(), 3);
+    assert_eq!(grouped.len(), KEYS as usize);
+}
