@@ -21,7 +21,9 @@
 //!   has no loom build); under loom it is a loom mutex around a `VecDeque`, the same
 //!   linearizable queue with the happens-before edges a push and its pop make, so the eviction
 //!   policy's queues and the pool waiters' protocol are checked against a queue loom can see.
-//!   These two mutexes are the only locks in the crate, and they exist only in the model.
+//!   These two mutexes exist only in the model; outside it the only locks in the crate are the
+//!   Vulkan layer's, on its cold paths (driver objects that Vulkan requires to be externally
+//!   synchronized; see `docs/DESIGN.md`).
 
 #[cfg(not(runcache_loom))]
 mod imp {
