@@ -224,3 +224,28 @@ fn a_reservation_storm_never_hands_one_pool_to_two_holders() {
         assert_eq!(s.created as usize, pools.pools());
     }
 }
+
+#[test]
+fn waiters_that_keep_timing_out_do_not_pile_up() {
+    let pools = PoolManager::builder(|| 0u8)
+        .max_pools(1)
+        .when_exhausted(WhenExhausted::WaitFor(Duration::from_micros(1)))
+        .build()
+        .unwrap();
+    let held = pools.reserve().unwrap();
+    for _ in 0..5_000 {
+        assert!(matches!(
+            pools.reserve(),
+            Err(PoolError::TimedOut { max_pools: 1, .. })
+        ));
+    }
+    // Each timeout leaves its registration queued; sweeps keep them under about a thousand.
+    let queued = pools.__queued_waiters();
+    assert!(queued < 1024, "{queued} registrations left behind");
+    assert_eq!(pools.stats().waits, 5_000);
+    drop(held);
+    assert!(
+        pools.reserve().is_ok(),
+        "the pool comes back to the next caller"
+    );
+}

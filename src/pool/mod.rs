@@ -335,6 +335,12 @@ impl<P: Send> PoolManager<P> {
         self.reserved.load(Ordering::Relaxed)
     }
 
+    /// Waiter registrations queued now, abandoned ones included (for tests).
+    #[doc(hidden)]
+    pub fn __queued_waiters(&self) -> usize {
+        self.waiters.queued()
+    }
+
     /// The counters.
     pub fn stats(&self) -> PoolStats {
         let c = &self.counters;

@@ -223,12 +223,24 @@ impl<P> PoolSlots<P> {
 ///   on: the pool it took need not be the one that wake announced, which may still be free
 ///   while others sleep.
 ///
+/// A registration abandoned (`GONE`) stays queued until popped. So that waiters who keep
+/// timing out while no pool comes back cannot pile them up, the leave that brings the
+/// abandoned count to [`SWEEP_AT`] sweeps the queue: it drops the abandoned registrations
+/// and wakes the waiting ones, which look for a pool again and register anew (a wake that
+/// finds nothing is spurious, never lost).
+///
 /// Before, every return woke every waiter, and all but one registered again: 256 threads
 /// sharing 3 pools spent about 0.5 ms per reservation on it (`docs/DESIGN.md`).
 pub(crate) struct Waiters {
     /// Registrations, oldest first (crossbeam's lock-free `SegQueue`; see `crate::sync`).
     queue: Queue<Arc<Waiter>>,
+    /// Queued registrations whose waiters left (`GONE`), not yet popped.
+    abandoned: AtomicUsize,
 }
+
+/// Abandoned registrations at which a leave sweeps the queue (about 50 bytes each); under
+/// loom, the first, so the models explore the sweep.
+const SWEEP_AT: usize = if cfg!(runcache_loom) { 1 } else { 1024 };
 
 /// The registration is waiting to be woken.
 const WAITING: u8 = 0;
@@ -255,6 +267,7 @@ impl Waiters {
     pub(crate) fn new() -> Self {
         Self {
             queue: Queue::new(),
+            abandoned: AtomicUsize::new(0),
         }
     }
 
@@ -275,14 +288,55 @@ impl Waiters {
     /// Withdraws a registration whose waiter stops waiting on its own (it found a pool, or
     /// gave up); if a returner had woken it already, the wake goes to the next waiter (W3).
     pub(crate) fn leave(&self, me: &Waiter) {
-        // AcqRel: the CAS that decides the registration's fate against `wake_one`'s.
-        if me
+        // Counted before the CAS publishes GONE, so the popper that finds it GONE (having
+        // acquired that CAS) uncounts it after: the count never goes below zero. Relaxed: a
+        // count that only paces the sweep; the CASes order it.
+        let before = self.abandoned.fetch_add(1, Ordering::Relaxed);
+        // AcqRel: the CAS that decides the registration's fate against `wake`'s.
+        match me
             .state
             .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
         {
-            self.wake_one();
+            Ok(_) if before + 1 >= SWEEP_AT => self.sweep(),
+            Ok(_) => {}
+            Err(_) => {
+                // Relaxed: as above.
+                self.abandoned.fetch_sub(1, Ordering::Relaxed);
+                self.wake_one();
+            }
         }
+    }
+
+    /// Pops every registration queued now: drops the abandoned ones and wakes the waiting
+    /// ones, which look again and, finding no pool, register anew.
+    fn sweep(&self) {
+        for _ in 0..self.queue.len() {
+            let Some(w) = self.queue.pop() else { return };
+            self.wake(&w);
+        }
+    }
+
+    /// Wakes `w`, popped from the queue, if it still waits; `false` if its waiter left.
+    fn wake(&self, w: &Waiter) -> bool {
+        // AcqRel: the Release half publishes the pool pushed before this wake to the
+        // waiter's Acquire in `woken`; the Acquire half pairs with `leave`.
+        if w.state
+            .compare_exchange(WAITING, WOKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            w.thread.unpark();
+            true
+        } else {
+            // Only a popper sets WOKEN, and each registration is popped once: it is GONE.
+            // Relaxed: see `leave`.
+            self.abandoned.fetch_sub(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Registrations queued now, abandoned ones included (for tests).
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
     }
 
     /// Called after a pool was pushed: wakes one registered waiter, if any.
@@ -297,13 +351,7 @@ impl Waiters {
     /// Wakes the oldest registration still waiting (W2).
     fn wake_one(&self) {
         while let Some(w) = self.queue.pop() {
-            // AcqRel: the Release half publishes the pool pushed before this wake to the
-            // waiter's Acquire in `woken`; the Acquire half pairs with `leave`.
-            if w.state
-                .compare_exchange(WAITING, WOKEN, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                w.thread.unpark();
+            if self.wake(&w) {
                 return;
             }
         }
