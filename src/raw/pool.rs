@@ -258,7 +258,7 @@ pub(crate) struct Waiter {
 impl Waiter {
     /// Whether a returner chose this registration (W2).
     pub(crate) fn woken(&self) -> bool {
-        // Acquire: pairs with the AcqRel CAS in `wake_one`, which follows the pool's push.
+        // Acquire: pairs with the AcqRel CAS in `wake`, which follows the pool's push.
         self.state.load(Ordering::Acquire) == WOKEN
     }
 }
