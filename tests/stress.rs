@@ -16,6 +16,24 @@ use std::thread;
 const THREADS: usize = 4;
 /// Threads of the many-thread runs.
 const MANY_THREADS: usize = 256;
+
+/// Runs `work(t)` on `threads` scoped threads released together by a barrier; returns
+/// what each returned, in thread order.
+fn all_at_once<R: Send>(threads: usize, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let barrier = Barrier::new(threads);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, work) = (&barrier, &work);
+                s.spawn(move || {
+                    barrier.wait();
+                    work(t)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
 const KEYS: u64 = 2048;
 
 fn ops_per_thread() -> usize {
@@ -222,17 +240,8 @@ fn hundreds_of_callers_on_one_key_share_each_attempt_and_none_is_stranded() {
     let storm = |work: &Caller<'_>| {
         let cache = Cache::<u64, u64>::new(10);
         let attempts = AtomicUsize::new(0);
-        let barrier = Barrier::new(MANY_THREADS);
-        let results: Vec<_> = thread::scope(|s| {
-            let handles: Vec<_> = (0..MANY_THREADS)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        catch_unwind(AssertUnwindSafe(|| work(&cache, &attempts)))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let results = all_at_once(MANY_THREADS, |_| {
+            catch_unwind(AssertUnwindSafe(|| work(&cache, &attempts)))
         });
         (cache, attempts.into_inner(), results)
     };
@@ -391,29 +400,24 @@ fn hundreds_of_threads_wait_for_three_pools_and_none_is_stranded() {
             .when_exhausted(exhausted)
             .build()
             .unwrap();
-        let (barrier, timeouts) = (Barrier::new(MANY_THREADS), AtomicU64::new(0));
-        thread::scope(|s| {
-            for me in 1..=MANY_THREADS as u64 {
-                let (pools, barrier, timeouts) = (&pools, &barrier, &timeouts);
-                s.spawn(move || {
-                    barrier.wait();
-                    let mut done = 0;
-                    while done < ROUNDS {
-                        let holder = match pools.reserve() {
-                            Ok(holder) => holder,
-                            Err(PoolError::TimedOut { .. }) => {
-                                timeouts.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                            Err(e) => panic!("{exhausted:?}: {e}"),
-                        };
-                        let before = holder.swap(me, Ordering::SeqCst);
-                        assert_eq!(before, 0, "a pool held by {before} was handed to {me}");
-                        thread::yield_now();
-                        holder.store(0, Ordering::SeqCst);
-                        done += 1;
+        let timeouts = AtomicU64::new(0);
+        all_at_once(MANY_THREADS, |t| {
+            let me = t as u64 + 1;
+            let mut done = 0;
+            while done < ROUNDS {
+                let holder = match pools.reserve() {
+                    Ok(holder) => holder,
+                    Err(PoolError::TimedOut { .. }) => {
+                        timeouts.fetch_add(1, Ordering::Relaxed);
+                        continue;
                     }
-                });
+                    Err(e) => panic!("{exhausted:?}: {e}"),
+                };
+                let before = holder.swap(me, Ordering::SeqCst);
+                assert_eq!(before, 0, "a pool held by {before} was handed to {me}");
+                thread::yield_now();
+                holder.store(0, Ordering::SeqCst);
+                done += 1;
             }
         });
         let s = pools.stats();
@@ -448,37 +452,31 @@ fn hundreds_of_threads_build_each_key_once_in_the_multi_and_grouped_caches() {
     let multi = MultiCache::new(1024);
     let grouped: GroupedCache<u32, u32, u32, u64> = GroupedCache::new(0);
     let builds: Vec<AtomicUsize> = (0..4 * KEYS).map(|_| AtomicUsize::new(0)).collect();
-    let barrier = Barrier::new(MANY_THREADS);
-    thread::scope(|s| {
-        for t in 0..MANY_THREADS as u32 {
-            let (multi, grouped, builds, barrier) = (&multi, &grouped, &builds, &barrier);
-            s.spawn(move || {
-                barrier.wait();
-                for i in 0..KEYS {
-                    let k = (i + t) % KEYS;
-                    let count = |slot: u32| {
-                        builds[slot as usize].fetch_add(1, Ordering::SeqCst);
-                    };
-                    let (a, _) = multi.get_or_create(&k, |k| {
-                        count(*k);
-                        u64::from(*k)
-                    });
-                    let (b, _) = multi.get_or_create(&u64::from(k), |k| {
-                        count(KEYS + *k as u32);
-                        *k as u32
-                    });
-                    let (c, _) = multi.get_or_create(&(k as u16), |k| {
-                        count(2 * KEYS + u32::from(*k));
-                        i64::from(*k)
-                    });
-                    assert_eq!((*a, *b, *c), (u64::from(k), k, i64::from(k)));
-                    let v = grouped.get_or_insert_with(&(k % 2), &(k / 2), &k, || {
-                        count(3 * KEYS + k);
-                        100 + u64::from(k)
-                    });
-                    assert_eq!(*v, 100 + u64::from(k));
-                }
+    all_at_once(MANY_THREADS, |t| {
+        let t = t as u32;
+        for i in 0..KEYS {
+            let k = (i + t) % KEYS;
+            let count = |slot: u32| {
+                builds[slot as usize].fetch_add(1, Ordering::SeqCst);
+            };
+            let (a, _) = multi.get_or_create(&k, |k| {
+                count(*k);
+                u64::from(*k)
             });
+            let (b, _) = multi.get_or_create(&u64::from(k), |k| {
+                count(KEYS + *k as u32);
+                *k as u32
+            });
+            let (c, _) = multi.get_or_create(&(k as u16), |k| {
+                count(2 * KEYS + u32::from(*k));
+                i64::from(*k)
+            });
+            assert_eq!((*a, *b, *c), (u64::from(k), k, i64::from(k)));
+            let v = grouped.get_or_insert_with(&(k % 2), &(k / 2), &k, || {
+                count(3 * KEYS + k);
+                100 + u64::from(k)
+            });
+            assert_eq!(*v, 100 + u64::from(k));
         }
     });
     for (slot, n) in builds.iter().enumerate() {
