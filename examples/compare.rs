@@ -10,11 +10,10 @@
 //! ```
 //!
 //! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
-//! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction (at 1,
-//! 2, 16 and 64 threads), the
-//! single-flight storm, memory per entry (a counting global allocator), and hit ratio against
-//! capacity on a Zipf trace. Each throughput is the best of five runs, taken in turn with the
-//! other subjects of its comparison (see [`interleaved`]).
+//! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction at 1,
+//! 2, 16 and 64 threads, the single-flight storm, memory per entry (a counting global
+//! allocator), and hit ratio against capacity on a Zipf trace. Each throughput is the best of
+//! five runs, taken in turn with the other subjects of its comparison (see [`interleaved`]).
 
 #[path = "../benches/support/mod.rs"]
 mod support;
@@ -299,14 +298,11 @@ fn churn(scale: &Scale, rows: &mut Vec<Row>) {
             })
             .collect();
         let figure = interleaved(runs);
+        // runcache's miss ratio, which labels the row.
         let total = (threads * per_thread) as f64;
-        let misses: Vec<f64> = hits
-            .iter()
-            .map(|h| 100.0 * (1.0 - h.load(Ordering::Relaxed) as f64 / total))
-            .collect();
+        let misses = 100.0 * (1.0 - hits[0].load(Ordering::Relaxed) as f64 / total);
         // Rows beyond the issue's 1 and 2 threads are named apart: its targets read only
         // the rows that start "churn, Zipf".
-        let misses = misses[0];
         let workload = if threads <= 2 {
             format!(
                 "churn, Zipf s=1, 100k keys, capacity 10k ({misses:.0}% misses), {threads} thread(s)"
