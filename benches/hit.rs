@@ -7,6 +7,10 @@
 //! One iteration is a batch of `BATCH` lookups (`Throughput::Elements(BATCH)`), so criterion
 //! reports lookups per second. `Arc` subjects clone the value (`get`); pinned subjects borrow
 //! it under one pin per batch (runcache `pin().get`, papaya `pin().get`).
+//! `floor-epoch-pin-hashmap-arc` is not a peer: an unsynchronized `HashMap` of `Arc`s read
+//! under a crossbeam-epoch pin per lookup, with the `Arc` cloned. No table that crossbeam-epoch
+//! reclaims can do an `Arc` get for less, so quick_cache's time over this one bounds the
+//! `Arc` target.
 //!
 //! ```text
 //! cargo bench --bench hit                 # full run
@@ -53,6 +57,9 @@ struct Subjects {
     quick: quick_cache::sync::Cache<u64, Arc<u64>>,
     moka: moka::sync::Cache<u64, Arc<u64>, Hasher>,
     map: HashMap<u64, u64, Hasher>,
+    /// The same keys as `Arc`s, read under a crossbeam-epoch pin per lookup: the floor of an
+    /// `Arc` get for any table that crossbeam-epoch reclaims (see `get_batch_floor_arc`).
+    map_arc: HashMap<u64, Arc<u64>, Hasher>,
 }
 
 impl Subjects {
@@ -75,6 +82,7 @@ impl Subjects {
                 .max_capacity(KEYS * 2)
                 .build_with_hasher(Hasher::default()),
             map: HashMap::with_hasher(Hasher::default()),
+            map_arc: HashMap::with_hasher(Hasher::default()),
         };
         for k in 0..KEYS {
             s.runcache.insert(k, k).unwrap();
@@ -88,6 +96,7 @@ impl Subjects {
         let mut s = s;
         for k in 0..KEYS {
             s.map.insert(k, k);
+            s.map_arc.insert(k, Arc::new(k));
         }
         s.moka.run_pending_tasks();
         s
@@ -146,6 +155,9 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
                 sum = sum.wrapping_add(*subjects.moka.get(k).unwrap());
             }
         }
+        "floor-epoch-pin-hashmap-arc" => {
+            sum = sum.wrapping_add(support::get_batch_floor_arc(&subjects.map_arc, keys));
+        }
         "hashmap-unsync" => {
             for k in keys {
                 sum = sum.wrapping_add(*subjects.map.get(k).unwrap());
@@ -156,7 +168,7 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
     sum
 }
 
-const SUBJECTS: [&str; 9] = [
+const SUBJECTS: [&str; 10] = [
     "runcache-pinned",
     "runcache-arc",
     "runcache-reject-arc",
@@ -166,6 +178,7 @@ const SUBJECTS: [&str; 9] = [
     "quick_cache-arc",
     "moka-arc",
     "hashmap-unsync",
+    "floor-epoch-pin-hashmap-arc",
 ];
 
 fn hits(c: &mut Criterion) {

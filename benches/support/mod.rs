@@ -376,6 +376,22 @@ pub fn get_batch_unsync_arc(map: &HashMap<u64, Arc<u64>, Hasher>, keys: &[u64]) 
         .sum()
 }
 
+/// The floor of an `Arc` get under the mandates: per lookup, a crossbeam-epoch pin
+/// (its own thread-local fast path, `crossbeam_epoch::pin`: what any table reclaimed by
+/// crossbeam-epoch pays per `get`) around an unsynchronized `HashMap` lookup and an `Arc`
+/// clone. A concurrent table's lookup costs at least the unsynchronized one's, so a peer's
+/// figure divided by this one bounds what any such design can reach against that peer.
+pub fn get_batch_floor_arc(map: &HashMap<u64, Arc<u64>, Hasher>, keys: &[u64]) -> u64 {
+    keys.iter()
+        .map(|k| {
+            let guard = crossbeam_epoch::pin();
+            let value = map.get(k).cloned();
+            drop(guard);
+            u64::from(value.is_some_and(|v| *v == *k))
+        })
+        .sum()
+}
+
 /// A subject for hit benches: `keys` keys, all present, capacity twice that.
 pub fn hit_subject(name: &str, keys: u64) -> Box<dyn Subject> {
     let s = subject(name, keys * 2);
