@@ -8,9 +8,9 @@
 //! reports lookups per second. `Arc` subjects clone the value (`get`); pinned subjects borrow
 //! it under one pin per batch (runcache `pin().get`, papaya `pin().get`).
 //! `floor-epoch-pin-hashmap-arc` is not a peer: an unsynchronized `HashMap` of `Arc`s read
-//! under a crossbeam-epoch pin per lookup, with the `Arc` cloned. No table that crossbeam-epoch
-//! reclaims can do an `Arc` get for less, so quick_cache's time over this one bounds the
-//! `Arc` target.
+//! under a crossbeam-epoch pin per lookup, with the `Arc` cloned. A table that crossbeam-epoch
+//! reclaims is not expected to do an `Arc` get for less (its lookup beating std's
+//! unsynchronized one), so quick_cache's time over this one bounds the `Arc` target.
 //!
 //! ```text
 //! cargo bench --bench hit                 # full run

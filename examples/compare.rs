@@ -844,7 +844,9 @@ fn write_docs(
            it through that pointer: the same lookups, without the cost of the storage model.\n  \
            \"epoch pin + HashMap of Arc\" adds to that what every `Arc` get of a table reclaimed\n  \
            by crossbeam-epoch pays: a pin per lookup and the `Arc` clone. It is a floor, not a\n  \
-           peer: no such table can be faster, so its ratio to quick_cache bounds the `Arc` target.\n\
+           peer: such a table is not expected to be faster (that would take a concurrent lookup\n  \
+           faster than std's unsynchronized one), so its ratio to quick_cache bounds the `Arc`\n  \
+           target.\n\
          - Mixes are conc-map-bench's: read-heavy 98% get / 1% insert / 1% remove; exchange\n  \
            10/40/40 plus 10% update; rapid-grow 5/80/5 plus 10% update; uniform keys over\n  \
            {} keys, half present at the start; every thread its own operation stream.\n\

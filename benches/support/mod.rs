@@ -379,8 +379,9 @@ pub fn get_batch_unsync_arc(map: &HashMap<u64, Arc<u64>, Hasher>, keys: &[u64]) 
 /// The floor of an `Arc` get under the mandates: per lookup, a crossbeam-epoch pin
 /// (its own thread-local fast path, `crossbeam_epoch::pin`: what any table reclaimed by
 /// crossbeam-epoch pays per `get`) around an unsynchronized `HashMap` lookup and an `Arc`
-/// clone. A concurrent table's lookup costs at least the unsynchronized one's, so a peer's
-/// figure divided by this one bounds what any such design can reach against that peer.
+/// clone. A concurrent table's lookup is not expected to beat std's unsynchronized one
+/// (neither runcache's nor papaya's does), so a peer's figure divided by this one bounds
+/// what such a design can reach against that peer.
 pub fn get_batch_floor_arc(map: &HashMap<u64, Arc<u64>, Hasher>, keys: &[u64]) -> u64 {
     keys.iter()
         .map(|k| {
