@@ -168,31 +168,113 @@ fn hits(scale: &Scale, rows: &mut Vec<Row>) {
             let figure: HashMap<&str, f64> = names.into_iter().zip(mops).collect();
             drop(subjects);
             let label = format!("hit, Zipf s={s}, {}k keys", keys / 1000);
-            rows.push(Row {
-                workload: format!("{label}, pinned"),
-                unit: "M/s",
-                runcache: figure["runcache-pinned"],
-                peers: vec![
-                    ("papaya", figure["papaya"]),
-                    ("HashMap", unsync),
-                    ("papaya of Arc", figure["papaya-arc"]),
-                    ("HashMap of Arc", unsync_arc),
-                ],
-                higher_is_better: true,
-            });
-            rows.push(Row {
-                workload: format!("{label}, Arc"),
-                unit: "M/s",
-                runcache: figure["runcache"],
-                peers: vec![
-                    ("quick_cache", figure["quick_cache"]),
-                    ("moka", figure["moka"]),
-                    ("dashmap", figure["dashmap"]),
-                    (FLOOR_ARC, floor_arc),
-                ],
-                higher_is_better: true,
-            });
+            let unsync = [("HashMap", unsync), ("HashMap of Arc", unsync_arc)];
+            push_hit_rows(rows, &label, &figure, &unsync, floor_arc);
         }
+    }
+}
+
+/// A batch of lookups, shared by the threads of a run.
+type Lookups<'a> = dyn Fn(&[u64]) + Sync + 'a;
+
+/// Hits on two threads, each looking up its own Zipf stream over the same cache (s=1, the
+/// skew where the hottest entries, and their reference counts, are shared most): the issue's
+/// 2-thread hit, pinned and `Arc`, which the criterion `hit` bench measures too.
+fn hits_two_threads(scale: &Scale, rows: &mut Vec<Row>) {
+    const THREADS: usize = 2;
+    for keys in [10_000u64, 1_000_000] {
+        let streams: Vec<Vec<u64>> = (0..THREADS as u64)
+            .map(|t| zipf_keys(keys, 1.0, 1 << 20, 5 + t))
+            .collect();
+        let streams = &streams;
+        let names = [
+            "runcache-pinned",
+            "papaya",
+            "papaya-arc",
+            "runcache",
+            "quick_cache",
+            "moka",
+        ];
+        let subjects: Vec<_> = names.iter().map(|n| hit_subject(n, keys)).collect();
+        let map_arc: HashMap<u64, Arc<u64>, Hasher> = (0..keys).map(|k| (k, Arc::new(k))).collect();
+        fn on_both<'a>(
+            streams: &'a [Vec<u64>],
+            per_thread: usize,
+            lookups: &'a Lookups<'a>,
+        ) -> Run<'a> {
+            let run = move || {
+                on_threads(THREADS, 1, |t, _| {
+                    let stream = &streams[t];
+                    let mut at = 0;
+                    for _ in 0..per_thread / BATCH {
+                        lookups(&stream[at..at + BATCH]);
+                        at = (at + BATCH) % (stream.len() - BATCH);
+                    }
+                })
+            };
+            (THREADS * (per_thread / BATCH) * BATCH, Box::new(run))
+        }
+        let lookups: Vec<Box<Lookups<'_>>> = subjects
+            .iter()
+            .map(|subject| -> Box<Lookups<'_>> {
+                Box::new(move |batch| {
+                    black_box(subject.get_batch(batch));
+                })
+            })
+            .chain(std::iter::once::<Box<Lookups<'_>>>(Box::new(|batch| {
+                black_box(get_batch_floor_arc(&map_arc, batch));
+            })))
+            .collect();
+        let mut mops = interleaved(
+            lookups
+                .iter()
+                .map(|l| on_both(streams, scale.hits, &**l))
+                .collect(),
+        );
+        let floor_arc = mops.pop().expect("one figure per run");
+        let figure: HashMap<&str, f64> = names.into_iter().zip(mops).collect();
+        drop(lookups);
+        drop(subjects);
+        let label = format!("hit on {THREADS} threads, Zipf s=1, {}k keys", keys / 1000);
+        push_hit_rows(rows, &label, &figure, &[], floor_arc);
+    }
+}
+
+/// The pinned and the `Arc` row of one hit workload, from each subject's figure (by subject
+/// name; the peers a run did not measure are left out), the unsynchronized maps' figures
+/// (`unsync`, pinned row) and the floor's (`Arc` row).
+fn push_hit_rows(
+    rows: &mut Vec<Row>,
+    label: &str,
+    figure: &HashMap<&str, f64>,
+    unsync: &[(&'static str, f64)],
+    floor_arc: f64,
+) {
+    let peers = |named: &[(&'static str, &str)]| -> Vec<(&'static str, f64)> {
+        named
+            .iter()
+            .filter_map(|&(peer, subject)| Some((peer, *figure.get(subject)?)))
+            .collect()
+    };
+    let mut pinned = peers(&[("papaya", "papaya"), ("papaya of Arc", "papaya-arc")]);
+    pinned.extend_from_slice(unsync);
+    let mut arc = peers(&[
+        ("quick_cache", "quick_cache"),
+        ("moka", "moka"),
+        ("dashmap", "dashmap"),
+    ]);
+    arc.push((FLOOR_ARC, floor_arc));
+    for (kind, subject, peers) in [
+        ("pinned", "runcache-pinned", pinned),
+        ("Arc", "runcache", arc),
+    ] {
+        rows.push(Row {
+            workload: format!("{label}, {kind}"),
+            unit: "M/s",
+            runcache: figure[subject],
+            peers,
+            higher_is_better: true,
+        });
     }
 }
 
@@ -265,7 +347,9 @@ fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<(&'static str, Vec<Series>)>
 
 fn churn(scale: &Scale, rows: &mut Vec<Row>) {
     const KEYS: u64 = 100_000;
-    const CAPACITY: u64 = 10_000;
+    // 15k entries: 18–19% of the accesses miss, inside the issue's 10–20% band (10k missed
+    // 21%).
+    const CAPACITY: u64 = 15_000;
     let streams = [
         zipf_keys(KEYS, 1.0, 1 << 20, 1),
         zipf_keys(KEYS, 1.0, 1 << 20, 2),
@@ -313,7 +397,7 @@ fn churn(scale: &Scale, rows: &mut Vec<Row>) {
         // the rows that start "churn, Zipf".
         let workload = if threads <= 2 {
             format!(
-                "churn, Zipf s=1, 100k keys, capacity 10k ({misses:.0}% misses), {threads} thread(s)"
+                "churn, Zipf s=1, 100k keys, capacity 15k ({misses:.0}% misses), {threads} thread(s)"
             )
         } else {
             let over = if threads > cores {
@@ -323,7 +407,7 @@ fn churn(scale: &Scale, rows: &mut Vec<Row>) {
             };
             format!(
                 "churn at {threads} threads on {cores} cores{over}, Zipf s=1, 100k keys, \
-                 capacity 10k ({misses:.0}% misses)"
+                 capacity 15k ({misses:.0}% misses)"
             )
         };
         rows.push(Row {
@@ -396,9 +480,9 @@ fn storm(scale: &Scale, rows: &mut Vec<Row>) -> (f64, u64) {
 
 /// The issue's targets, each with the worst ratio over the rows it covers.
 fn targets(rows: &[Row], storm: (f64, u64)) -> String {
-    let worst = |rows_like: &str, peer: &str| {
+    let worst_where = |covers: &dyn Fn(&str) -> bool, peer: &str| {
         rows.iter()
-            .filter(|r| r.workload.contains(rows_like))
+            .filter(|r| covers(&r.workload))
             .flat_map(|r| {
                 r.peers
                     .iter()
@@ -407,6 +491,7 @@ fn targets(rows: &[Row], storm: (f64, u64)) -> String {
             })
             .fold(f64::INFINITY, f64::min)
     };
+    let worst = |rows_like: &str, peer: &str| worst_where(&|w| w.contains(rows_like), peer);
     let checks = [
         (
             "pinned get hit ≥ 1.0× papaya",
@@ -414,8 +499,19 @@ fn targets(rows: &[Row], storm: (f64, u64)) -> String {
             1.0,
         ),
         (
-            "`Arc` get hit ≥ 1.5× quick_cache",
-            worst(", Arc", "quick_cache"),
+            "`Arc` get hit ≥ 1.5× quick_cache, on 1 thread",
+            worst_where(
+                &|w| w.starts_with("hit, ") && w.ends_with(", Arc"),
+                "quick_cache",
+            ),
+            1.5,
+        ),
+        (
+            "`Arc` get hit ≥ 1.5× quick_cache, on 2 threads",
+            worst_where(
+                &|w| w.starts_with("hit on 2") && w.ends_with(", Arc"),
+                "quick_cache",
+            ),
             1.5,
         ),
         ("`Arc` get hit ≥ 10× moka", worst(", Arc", "moka"), 10.0),
@@ -745,6 +841,7 @@ fn main() -> ExitCode {
     memory(&mut rows);
     eprintln!("hits ...");
     hits(&scale, &mut rows);
+    hits_two_threads(&scale, &mut rows);
     eprintln!("mixes ...");
     let mix_plots = mixes(&scale, &mut rows);
     eprintln!("churn ...");
@@ -847,6 +944,12 @@ fn write_docs(
            peer: such a table is not expected to be faster (that would take a concurrent lookup\n  \
            faster than std's unsynchronized one), so its ratio to quick_cache bounds the `Arc`\n  \
            target.\n\
+         - Hits run on one thread, and at Zipf s=1 on two threads as well (\"hit on 2 threads\"\n  \
+           rows: each thread looks up its own stream of the same keys in the same cache, so the\n  \
+           hottest entries are shared).\n\
+         - Churn: get, and insert on a miss, over Zipf s=1 keys; every cache evicts at the same\n  \
+           capacity, chosen so that 18–19% of the accesses miss (the issue asks for 10–20%);\n  \
+           each row names runcache's own miss ratio in that run, cold start included.\n\
          - Mixes are conc-map-bench's: read-heavy 98% get / 1% insert / 1% remove; exchange\n  \
            10/40/40 plus 10% update; rapid-grow 5/80/5 plus 10% update; uniform keys over\n  \
            {} keys, half present at the start; every thread its own operation stream.\n\
