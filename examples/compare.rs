@@ -124,14 +124,20 @@ const BATCH: usize = 1024;
 fn batches<'a>(ops: usize, stream: &'a [u64], mut lookups: impl FnMut(&[u64]) + 'a) -> Run<'a> {
     let run = move || {
         let t0 = Instant::now();
-        let mut at = 0;
-        for _ in 0..ops / BATCH {
-            lookups(&stream[at..at + BATCH]);
-            at = (at + BATCH) % (stream.len() - BATCH);
-        }
+        look_up_in_batches(ops, stream, &mut lookups);
         t0.elapsed()
     };
     (ops, Box::new(run))
+}
+
+/// Hands `stream` to `lookups` `BATCH` keys at a time, wrapping around, until `ops` keys
+/// (rounded down to whole batches) have been looked up.
+fn look_up_in_batches(ops: usize, stream: &[u64], mut lookups: impl FnMut(&[u64])) {
+    let mut at = 0;
+    for _ in 0..ops / BATCH {
+        lookups(&stream[at..at + BATCH]);
+        at = (at + BATCH) % (stream.len() - BATCH);
+    }
 }
 
 fn hits(scale: &Scale, rows: &mut Vec<Row>) {
@@ -204,12 +210,7 @@ fn hits_two_threads(scale: &Scale, rows: &mut Vec<Row>) {
         ) -> Run<'a> {
             let run = move || {
                 on_threads(THREADS, 1, |t, _| {
-                    let stream = &streams[t];
-                    let mut at = 0;
-                    for _ in 0..per_thread / BATCH {
-                        lookups(&stream[at..at + BATCH]);
-                        at = (at + BATCH) % (stream.len() - BATCH);
-                    }
+                    look_up_in_batches(per_thread, &streams[t], lookups)
                 })
             };
             (THREADS * (per_thread / BATCH) * BATCH, Box::new(run))
