@@ -234,8 +234,6 @@ fn hits_two_threads(scale: &Scale, rows: &mut Vec<Row>) {
         );
         let floor_arc = mops.pop().expect("one figure per run");
         let figure: HashMap<&str, f64> = names.into_iter().zip(mops).collect();
-        drop(lookups);
-        drop(subjects);
         let label = format!("hit on {THREADS} threads, Zipf s=1, {}k keys", keys / 1000);
         push_hit_rows(rows, &label, &figure, &[], floor_arc);
     }
