@@ -463,7 +463,7 @@ fn print_table(accesses: usize, uniq: usize, rows: &[(usize, Row)]) {
         for (_, hits) in row {
             let _ = write!(
                 line,
-                " {:>14.2}",
+                " {:>14.3}",
                 100.0 * *hits as f64 / accesses.max(1) as f64
             );
         }
