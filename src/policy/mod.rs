@@ -64,8 +64,9 @@ const PROMOTE_HITS: u8 = 2;
 /// recent evictions: a remembered newcomer starts at frequency 1 and may duel for the main
 /// queue. Against one slot per entry rounded up to a power of two (the sizing before), one
 /// thread (`docs/DESIGN.md`): P3 gains 0.1 to 0.8 points from 0.25% of its keys up, OLTP 0.1
-/// to 0.2; P3 at 0.1% stays at LRU's level (0.93, LRU 0.94), where longer ghosts lose (eight
-/// slots: 0.87).
+/// to 0.2; P3 at 0.1% stays at LRU's level (0.93, LRU 0.94; above it since the sketch's
+/// longer period for small caches, see `sketch.rs`), where longer ghosts lose (eight slots:
+/// 0.87).
 const GHOST_PER_ENTRY: usize = 3;
 
 /// What the ghost keeps of an evicted hash: the 32 bits that its slot index (from the low 32
