@@ -539,13 +539,14 @@ where
     /// can still see — useful when values hold scarce memory (a GPU buffer) and the cache has
     /// gone quiet. The constant caches call it after every removal.
     ///
-    /// One exception: a value that a thread retired waits in that thread's batch (64
-    /// retirements; a removal or an eviction usually takes one, its entry's node and value
-    /// retired together) until the batch is handed over, and other threads cannot reach it.
-    /// A batch is handed over when it fills; when a value removed, replaced or evicted weighs
-    /// a sixty-fourth of the capacity or more; when the values the thread retired since its
+    /// One exception: a value that a thread retired waits with that thread until it hands its
+    /// retirements over, and other threads cannot reach it. (A removal or an eviction usually
+    /// retires one item, its entry's node and value together; the thread gathers items in
+    /// batches of 32, and batches in its epoch bag of 64.) A thread hands them over when its
+    /// bag fills (2,048 items); when a value removed, replaced or evicted weighs a
+    /// sixty-fourth of the capacity or more; when the values the thread retired since its
     /// last hand-over weigh that much together and number eight or more (handing over costs
-    /// an allocation, so light values go in batches); at the end of a clear or a shrink; when
+    /// an allocation, so light values go in groups); at the end of a clear or a shrink; when
     /// the thread calls `reclaim` itself; and when it exits.
     pub fn reclaim(&self) {
         self.raw.reclaim();

@@ -164,6 +164,37 @@ fn retired_values_reach_the_collector_by_weight() {
 }
 
 #[test]
+fn a_threads_light_retirements_reach_the_collector_when_it_exits() {
+    // Light removals wait in the removing thread's batch (under a sixty-fourth of the
+    // capacity, fewer than a batch). When the thread exits, its batch goes to the collector
+    // with its registration, so another thread's `reclaim` frees every one of them.
+    let d = drops();
+    let c = Arc::new(Cache::<u64, Tracked>::new(6_400));
+    for k in 0..20 {
+        c.insert(k, Tracked::new(k, &d)).unwrap();
+    }
+    // A plain `join`, not a scope: a scope may end before its threads' thread-locals are
+    // destroyed, `join` waits for the thread to be gone.
+    let worker = Arc::clone(&c);
+    thread::spawn(move || {
+        for k in 0..10 {
+            drop(worker.remove(&k));
+        }
+    })
+    .join()
+    .unwrap();
+    c.reclaim();
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        10,
+        "the exited thread's removals are freed"
+    );
+    assert_eq!(c.len(), 10);
+    drop(c);
+    assert_eq!(d.load(Ordering::SeqCst), 20, "the rest drop with the cache");
+}
+
+#[test]
 fn reclaim_frees_what_other_threads_retired_while_a_reader_held_the_epoch_back() {
     // A reader pinned on this thread keeps the epoch from advancing, so the worker's retired
     // items pile up in the collector: removed values with their nodes, then uncached values

@@ -34,28 +34,128 @@ use std::sync::{Arc, Weak};
 /// most once, so a few rounds with nothing freed mean a thread pinned elsewhere holds the rest.
 const RECLAIM_STALL_ROUNDS: usize = 8;
 
+/// Retirements a thread gathers into one [`Batch`] before handing them to the collector as
+/// one deferred function (one under loom, so that every model hands each retirement over at
+/// once and explores the same reclamation as before batching).
+///
+/// crossbeam-epoch wraps every deferred function in a bag entry and seals a full bag (64
+/// entries) into a ~2 KB allocation. Deferring each retired node on its own cost that
+/// allocation every 64 retirements (which, among many small frees, also sent glibc's
+/// `malloc` through `malloc_consolidate`), plus four read-modify-writes of [`Pending`]'s
+/// shared line. A batch of 32 takes one bag entry and two of those writes for 32
+/// retirements (`docs/DESIGN.md`, "Retirements in batches").
+const BATCH: usize = if cfg!(runcache_loom) { 1 } else { 32 };
+
 /// Everything this cache handed to its collector — value boxes, unlinked nodes (which may
 /// hold a key, and an uncached value or an error for late waiters), retired tables — whose
-/// destructor has not run yet.
+/// destructor has not run yet, and the cache's id (which finds the calling thread's
+/// [`Batch`] of them).
 ///
 /// Shared with each deferred destructor (which may run after the cache is gone, on whichever
 /// thread collects), so [`Domain::reclaim`] can tell when everything has been freed. Every bag
 /// of this cache's own retirements holds counted items, so a round that frees one lowers the
 /// count; only bags of crossbeam's own queue nodes (which collecting itself retires) do not,
-/// and those queue up behind the bags they came from.
-#[derive(Default)]
-pub(crate) struct Pending(AtomicU64);
+/// and those queue up behind the bags they came from. A retirement counts from when its
+/// batch is handed to the collector: until then it waits in its thread's batch, where no
+/// other thread can reach it (as in crossbeam's own bag).
+pub(crate) struct Pending {
+    count: AtomicU64,
+    /// The id of the cache whose retirements these are.
+    id: u64,
+}
 
 impl Pending {
-    /// Hands `free` to `guard`'s collector, counted here until it has run.
+    fn new(id: u64) -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            id,
+        }
+    }
+
+    /// Hands `free` to `guard`'s collector, counted here until it has run: gathered into the
+    /// calling thread's batch for this cache when `free` fits one (two words) and the thread
+    /// has a batch, else on its own.
     ///
     /// # Safety
     /// As [`Guard::defer_unchecked`]: `free` may run on any thread once no thread pinned now
-    /// is pinned any more, and must be sound then.
+    /// is pinned any more, and must be sound then. `guard` pins this cache's collector.
     pub(crate) unsafe fn defer(self: &Arc<Self>, guard: &Guard, free: impl FnOnce()) {
+        match Retired::new(free) {
+            Ok(item) => {
+                if let Err(item) = self.gather(item, guard) {
+                    // SAFETY: the caller's contract; dropping `item` runs `free`.
+                    unsafe { self.defer_counted(guard, 1, move || drop(item)) };
+                }
+            }
+            // SAFETY: the caller's contract.
+            Err(free) => unsafe { self.defer_counted(guard, 1, free) },
+        }
+    }
+
+    /// Hands the calling thread's batch for this cache (if any) to `guard`'s collector, then
+    /// the thread's epoch bag to the global queue, where any thread's collection can free
+    /// what expired.
+    pub(crate) fn hand_over(self: &Arc<Self>, guard: &Guard) {
+        let batch = THREAD
+            .try_with(|t| t.with_batch(self.id, |slot| slot.take()))
+            .ok()
+            .flatten()
+            .flatten();
+        if let Some(batch) = batch {
+            // SAFETY: every retirement in the batch was gathered under a guard of this
+            // collector whose pin began no later than `guard`'s, as `defer` requires.
+            unsafe { self.defer_batch(guard, batch) };
+        }
+        guard.flush();
+    }
+
+    /// Adds `item` to the calling thread's batch for this cache, handing the batch to the
+    /// collector once it is full; hands `item` back if the thread has no batch here (it did
+    /// not register with this cache, or its thread-local state is being torn down).
+    fn gather(self: &Arc<Self>, item: Retired, guard: &Guard) -> Result<(), Retired> {
+        let mut item = Some(item);
+        let full = THREAD.try_with(|t| {
+            t.with_batch(self.id, |slot| {
+                // Taken out while it is written to: nothing here runs foreign code, but a
+                // batch must never be dropped unrun, so a reentrant call would only start
+                // a batch of its own.
+                let mut batch = slot.take().unwrap_or_else(Batch::new);
+                batch.push(item.take().expect("pushed once"));
+                if batch.len == BATCH {
+                    return Some(batch);
+                }
+                slot.replace(Some(batch))
+            })
+        });
+        if let Some(item) = item {
+            return Err(item);
+        }
+        if let Ok(Some(Some(batch))) = full {
+            // SAFETY: as in `hand_over`: the batch's retirements were gathered under guards
+            // of this collector, the last of them `guard`.
+            unsafe { self.defer_batch(guard, batch) };
+        }
+        Ok(())
+    }
+
+    /// Defers a whole batch as one function.
+    ///
+    /// # Safety
+    /// As [`defer`](Self::defer), for every retirement in `batch`.
+    unsafe fn defer_batch(self: &Arc<Self>, guard: &Guard, batch: Box<Batch>) {
+        let n = batch.len as u64;
+        // SAFETY: the caller's contract; dropping the batch runs its retirements.
+        unsafe { self.defer_counted(guard, n, move || drop(batch)) };
+    }
+
+    /// Defers `free`, which frees `n` retired items, counting them until it has run.
+    ///
+    /// # Safety
+    /// As [`defer`](Self::defer).
+    unsafe fn defer_counted(self: &Arc<Self>, guard: &Guard, n: u64, free: impl FnOnce()) {
         // Relaxed: a progress count (see `Retiring`'s `Drop`).
-        self.0.fetch_add(1, Ordering::Relaxed);
-        let counted = Retiring(Arc::clone(self));
+        self.count.fetch_add(n, Ordering::Relaxed);
+        let counted = Retiring(Arc::clone(self), n);
         // SAFETY: the caller's contract; the count only drops after `free` has run.
         unsafe {
             guard.defer_unchecked(move || {
@@ -66,15 +166,92 @@ impl Pending {
     }
 }
 
-/// One retired item, counted in [`Pending`] until this drops.
-struct Retiring(Arc<Pending>);
+/// `n` retired items, counted in [`Pending`] until this drops.
+struct Retiring(Arc<Pending>, u64);
 
 impl Drop for Retiring {
     fn drop(&mut self) {
         // Relaxed: a progress count for `reclaim`; it orders nothing.
-        self.0 .0.fetch_sub(1, Ordering::Relaxed);
+        self.0.count.fetch_sub(self.1, Ordering::Relaxed);
     }
 }
+
+/// A retirement: a deferred closure of at most two words, stored in place. Dropping it runs
+/// the closure, so it is only ever dropped once its items may be freed: by a batch run by
+/// the collector, or inside a deferred function of its own.
+struct Retired {
+    data: MaybeUninit<[usize; 2]>,
+    /// Runs the closure stored in `data`, moving it out.
+    call: unsafe fn(*mut MaybeUninit<[usize; 2]>),
+}
+
+impl Retired {
+    /// Stores `free` in place, or hands it back if it does not fit two words.
+    fn new<F: FnOnce()>(free: F) -> Result<Self, F> {
+        if std::mem::size_of::<F>() > std::mem::size_of::<[usize; 2]>()
+            || std::mem::align_of::<F>() > std::mem::align_of::<[usize; 2]>()
+        {
+            return Err(free);
+        }
+        /// # Safety
+        /// `data` holds an `F`, which is read out (moved) exactly once.
+        unsafe fn call<F: FnOnce()>(data: *mut MaybeUninit<[usize; 2]>) {
+            // SAFETY: the caller's contract.
+            let free = unsafe { data.cast::<F>().read() };
+            free();
+        }
+        let mut data = MaybeUninit::<[usize; 2]>::uninit();
+        // SAFETY: `F` fits `data` in size and alignment (checked above).
+        unsafe { data.as_mut_ptr().cast::<F>().write(free) };
+        Ok(Self {
+            data,
+            call: call::<F>,
+        })
+    }
+}
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        // SAFETY: `data` holds the closure `call` was made for (`new`), and this is the one
+        // place that runs it, once.
+        unsafe { (self.call)(&mut self.data) };
+    }
+}
+
+/// Up to [`BATCH`] retirements of one thread for one cache, deferred together. Dropping the
+/// batch runs them in order (a destructor that panics does not stop the rest: slice drop
+/// glue goes on, as it does for a `Vec`).
+struct Batch {
+    len: usize,
+    items: [MaybeUninit<Retired>; BATCH],
+}
+
+impl Batch {
+    fn new() -> Box<Self> {
+        Box::new(Self {
+            len: 0,
+            items: [const { MaybeUninit::uninit() }; BATCH],
+        })
+    }
+
+    fn push(&mut self, item: Retired) {
+        debug_assert!(self.len < BATCH, "a full batch is handed over at once");
+        self.items[self.len].write(item);
+        self.len += 1;
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let items =
+            std::ptr::slice_from_raw_parts_mut(self.items.as_mut_ptr().cast::<Retired>(), self.len);
+        // SAFETY: the first `len` items are initialized (`push`), and dropped only here.
+        unsafe { std::ptr::drop_in_place(items) };
+    }
+}
+
+/// The calling thread's batch for one cache: empty between batches.
+type BatchSlot = Cell<Option<Box<Batch>>>;
 
 /// Ids of caches and of threads; never reused.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -89,6 +266,23 @@ struct Local {
     alive: Weak<()>,
     handle: Box<LocalHandle>,
     stats: *const StatsBlock,
+    /// The thread's retirements for this cache not yet handed to the collector. Boxed, so
+    /// [`Last`] can point at it while `locals` moves its entries.
+    batch: Box<BatchSlot>,
+    pending: Arc<Pending>,
+}
+
+impl Drop for Local {
+    /// Hands the thread's batch to the collector before the handle goes (the handle's own
+    /// finalization then pushes the thread's bag to the global queue).
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch.take() {
+            let guard = self.handle.pin();
+            // SAFETY: the batch's retirements were gathered under guards of this
+            // collector, all dropped by now (they do not outlive a call into the cache).
+            unsafe { self.pending.defer_batch(&guard, batch) };
+        }
+    }
 }
 
 /// The registration a thread used last.
@@ -103,6 +297,8 @@ struct Last {
     /// [`ThreadState::last`]) and is never dropped (only the original counts as a handle).
     handle: UnsafeCell<MaybeUninit<LocalHandle>>,
     stats: Cell<*const StatsBlock>,
+    /// Its entry's batch slot, valid while `id` is not 0 (as `handle`).
+    batch: Cell<*const BatchSlot>,
 }
 
 impl Last {
@@ -113,6 +309,7 @@ impl Last {
         // without a drop, as every copy must be (see `handle`).
         unsafe { (*self.handle.get()).write(std::ptr::read(&*local.handle)) };
         self.stats.set(local.stats);
+        self.batch.set(&*local.batch);
         self.id.set(local.id);
     }
 
@@ -149,8 +346,25 @@ crate::sync::local_key! {
             id: Cell::new(0),
             handle: UnsafeCell::new(MaybeUninit::uninit()),
             stats: Cell::new(std::ptr::null()),
+            batch: Cell::new(std::ptr::null()),
         },
     };
+}
+
+impl ThreadState {
+    /// Runs `f` on this thread's batch slot for cache `id`; `None` if the thread has no
+    /// entry for that cache, or its list is borrowed (a destructor run from inside
+    /// `register`, say).
+    fn with_batch<R>(&self, id: u64, f: impl FnOnce(&BatchSlot) -> R) -> Option<R> {
+        if self.last.id.get() == id {
+            // SAFETY: `last` names a live entry of `locals` whenever its id is not 0 (ids
+            // are never 0), and the entry's boxed slot lives as long as the entry.
+            return Some(f(unsafe { &*self.last.batch.get() }));
+        }
+        let locals = self.locals.try_borrow().ok()?;
+        let local = locals.iter().find(|l| l.id == id)?;
+        Some(f(&local.batch))
+    }
 }
 
 /// A token that identifies the calling thread (0 when it cannot be read during teardown).
@@ -192,11 +406,12 @@ pub(crate) struct Domain {
 
 impl Domain {
     pub(crate) fn new() -> Self {
+        let id = next_id();
         Self {
             collector: Collector::new(),
-            id: next_id(),
+            id,
             alive: Arc::new(()),
-            pending: Arc::default(),
+            pending: Arc::new(Pending::new(id)),
             stats: StatsRegistry::new(),
         }
     }
@@ -263,6 +478,8 @@ impl Domain {
                     alive: Arc::downgrade(&self.alive),
                     handle: Box::new(self.collector.register()),
                     stats: self.stats.register(),
+                    batch: Box::default(),
+                    pending: Arc::clone(&self.pending),
                 };
                 t.last.set(&local);
                 locals.push(local);
@@ -288,13 +505,17 @@ impl Domain {
     /// thread pinned elsewhere holds back only what it could still see.
     pub(crate) fn reclaim(&self) {
         // Relaxed: a progress count (see `Retiring`).
-        let pending = || self.pending.0.load(Ordering::Relaxed);
+        let pending = || self.pending.count.load(Ordering::Relaxed);
+        let round = || {
+            let (guard, _) = self.pin();
+            self.pending.hand_over(&guard);
+        };
+        // The first round hands this thread's batch over, so the count includes it.
+        round();
         let mut stalled = 0;
         let mut last = pending();
         while last > 0 && stalled < RECLAIM_STALL_ROUNDS {
-            let (guard, _) = self.pin();
-            guard.flush();
-            drop(guard);
+            round();
             let now = pending();
             stalled = if now < last { 0 } else { stalled + 1 };
             last = now;
@@ -317,5 +538,78 @@ impl Drop for Domain {
         // Dropped outside the borrow (see `register`). If this was the last handle, the
         // collector's deferred destructors run when `self.collector` drops right after.
         drop(mine);
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::Mutex;
+
+    #[test]
+    fn a_retirement_runs_once_when_dropped_and_a_large_one_is_handed_back() {
+        let runs = Cell::new(0);
+        let item = Retired::new(|| runs.set(runs.get() + 1)).unwrap_or_else(|_| panic!("fits"));
+        assert_eq!(runs.get(), 0, "stored, not run");
+        drop(item);
+        assert_eq!(runs.get(), 1);
+
+        let big = [String::new(), String::new()];
+        let back = Retired::new(move || drop(big));
+        assert!(back.is_err(), "six words do not fit in place");
+    }
+
+    #[test]
+    fn a_batch_runs_its_retirements_in_order_and_past_a_panicking_one() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut batch = Batch::new();
+        for i in 0..BATCH {
+            let order = Arc::clone(&order);
+            let item = Retired::new(move || {
+                order.lock().unwrap().push(i);
+                assert_ne!(i, 3, "the fourth destructor panics");
+            })
+            .unwrap_or_else(|_| panic!("fits"));
+            batch.push(item);
+        }
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "nothing runs before the batch drops"
+        );
+        let unwound = catch_unwind(AssertUnwindSafe(|| drop(batch)));
+        assert!(
+            unwound.is_err(),
+            "the panic reaches whoever dropped the batch"
+        );
+        assert_eq!(*order.lock().unwrap(), (0..BATCH).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn retirements_are_counted_from_their_hand_over_until_they_run() {
+        let domain = Domain::new();
+        let runs = Arc::new(AtomicU64::new(0));
+        let (guard, _) = domain.pin();
+        for _ in 0..3 {
+            let runs = Arc::clone(&runs);
+            // SAFETY: the closure frees nothing.
+            unsafe {
+                domain.pending().defer(&guard, move || {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                })
+            };
+        }
+        let count = || domain.pending().count.load(Ordering::Relaxed);
+        assert_eq!(
+            count(),
+            0,
+            "gathered in this thread's batch, not counted yet"
+        );
+        domain.pending().hand_over(&guard);
+        assert_eq!(count(), 3, "handed over, counted until they run");
+        drop(guard);
+        domain.reclaim();
+        assert_eq!(runs.load(Ordering::Relaxed), 3);
+        assert_eq!(count(), 0);
     }
 }

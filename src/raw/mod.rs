@@ -42,9 +42,10 @@
 //! - **I6 (value lifetime).** The count a cell holds of a value taken out of it is released
 //!   through the epoch collector, so a reader that loaded the value under a guard may still
 //!   borrow it or take an `Arc` of it. The `V` itself lives until its last `Arc` drops.
-//! - **I7 (reclamation domain).** Each cache has its own collector. Everything it deferred runs
-//!   when the collector's last handle drops; the live contents are dropped by the cache's own
-//!   `Drop`, once, when the cache drops.
+//! - **I7 (reclamation domain).** Each cache has its own collector. Everything it retired runs
+//!   by the time the collector's last handle drops (a thread's batch of retirements goes to
+//!   the collector before that thread's handle drops); the live contents are dropped by the
+//!   cache's own `Drop`, once, when the cache drops.
 
 pub(crate) mod alloc;
 pub(crate) mod counter;
@@ -644,7 +645,7 @@ where
         shard.unlink(node, &pin.guard);
         // The node may hold an uncached value for its waiters: push it towards reclamation
         // now, as `take` explains.
-        pin.guard.flush();
+        self.domain.pending().hand_over(&pin.guard);
     }
 
     /// Inserts or replaces; refuses (handing both back) when the weight does not fit.
@@ -810,14 +811,15 @@ where
     }
 
     /// Notes that this thread retired a value of `weight` (removed, replaced or evicted), and
-    /// hands its epoch bag to the collector when that is due: at once for a value weighing
+    /// hands its retirements (its batch, then its epoch bag: `Pending::hand_over`) to the
+    /// collector when that is due: at once for a value weighing
     /// [`1/HAND_OVER`](HAND_OVER) of the capacity (at least 1) or more, else once the values
     /// retired since the last hand-over weigh that much and number at least eight (see
     /// `StatsBlock::hand_over_due`).
     ///
-    /// A value retired into a bag reaches the collector only when the bag fills (64
-    /// retirements) or is flushed; until then a thread that stops using the cache keeps it
-    /// alive, however long. Flushing after every removal bounded that to nothing but cost a
+    /// A value retired into a bag reaches the collector only when the bag fills (64 batches
+    /// of 32 retirements) or is flushed; until then a thread that stops using the cache keeps
+    /// it alive, however long. Flushing after every removal bounded that to nothing but cost a
     /// sealed ~2 KB bag (an allocation and two copies) per removal, 41% of the instructions
     /// of conc-map-bench's rapid-grow mix; evictions, which happen on every miss of a full
     /// cache, never flushed, and could leave a heavy value waiting. Pacing by weight keeps
@@ -833,7 +835,7 @@ where
     fn retired(&self, pin: &Pin<'_>, weight: u64, capacity: u64) {
         let due = (capacity / HAND_OVER).max(1);
         if pin.stats.hand_over_due(weight, due) {
-            pin.guard.flush();
+            self.domain.pending().hand_over(&pin.guard);
         }
     }
 
@@ -848,9 +850,9 @@ where
     /// Removes a live node's value and unlinks the node; `None` if someone else removed or
     /// replaced it first (the eviction policy's victim is that node, not its replacement).
     ///
-    /// The value goes to this thread's epoch bag, which reaches the collector only when it
-    /// fills or is flushed: see [`retired`](Self::retired) for when a removal or an eviction
-    /// flushes it.
+    /// The value goes to this thread's batch of retirements, then its epoch bag, which reach
+    /// the collector only when the bag fills or they are handed over: see
+    /// [`retired`](Self::retired) for when a removal or an eviction hands them over.
     fn take(
         &self,
         node: &Node<K, V>,
@@ -994,7 +996,7 @@ where
             }
         }
         if removed > 0 {
-            pin.guard.flush();
+            self.domain.pending().hand_over(&pin.guard);
         }
         removed
     }
@@ -1041,7 +1043,7 @@ where
                 removed += usize::from(taken);
             }
             if removed > 0 {
-                pin.guard.flush();
+                self.domain.pending().hand_over(&pin.guard);
             }
             removed
         });
