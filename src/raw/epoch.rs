@@ -39,11 +39,10 @@ const RECLAIM_STALL_ROUNDS: usize = 8;
 /// once and explores the same reclamation as before batching).
 ///
 /// crossbeam-epoch wraps every deferred function in a bag entry and seals a full bag (64
-/// entries) into a ~2 KB allocation. Deferring each retired node on its own cost that
-/// allocation every 64 retirements (which, among many small frees, also sent glibc's
-/// `malloc` through `malloc_consolidate`), plus four read-modify-writes of [`Pending`]'s
-/// shared line. A batch of 32 takes one bag entry and two of those writes for 32
-/// retirements (`docs/DESIGN.md`, "Retirements in batches").
+/// entries) into a ~2 KB allocation. Deferring each retired item on its own took a bag entry
+/// per retirement, plus four read-modify-writes of [`Pending`]'s line, which every thread
+/// retiring from the cache shares. A batch of 32 takes one bag entry and two of those writes
+/// for 32 retirements (`docs/DESIGN.md`, "Retirements in batches").
 const BATCH: usize = if cfg!(runcache_loom) { 1 } else { 32 };
 
 /// Everything this cache handed to its collector — value boxes, unlinked nodes (which may
@@ -357,8 +356,10 @@ impl ThreadState {
     /// `register`, say).
     fn with_batch<R>(&self, id: u64, f: impl FnOnce(&BatchSlot) -> R) -> Option<R> {
         if self.last.id.get() == id {
-            // SAFETY: `last` names a live entry of `locals` whenever its id is not 0 (ids
-            // are never 0), and the entry's boxed slot lives as long as the entry.
+            // SAFETY: callers pass the id of a live cache (one they are working in), and
+            // `last` holds a live cache's id only while the entry it names is in `locals`:
+            // an entry leaves when its cache drops or after (pruned), or with all of them
+            // (which resets `last`). The entry's boxed slot lives as long as the entry.
             return Some(f(unsafe { &*self.last.batch.get() }));
         }
         let locals = self.locals.try_borrow().ok()?;
@@ -545,7 +546,6 @@ impl Drop for Domain {
 mod tests {
     use super::*;
     use std::panic::{catch_unwind, AssertUnwindSafe};
-    use std::sync::Mutex;
 
     #[test]
     fn a_retirement_runs_once_when_dropped_and_a_large_one_is_handed_back() {
@@ -562,19 +562,19 @@ mod tests {
 
     #[test]
     fn a_batch_runs_its_retirements_in_order_and_past_a_panicking_one() {
-        let order = Arc::new(Mutex::new(Vec::new()));
+        let order = RefCell::new(Vec::new());
         let mut batch = Batch::new();
         for i in 0..BATCH {
-            let order = Arc::clone(&order);
+            let order = &order;
             let item = Retired::new(move || {
-                order.lock().unwrap().push(i);
+                order.borrow_mut().push(i);
                 assert_ne!(i, 3, "the fourth destructor panics");
             })
             .unwrap_or_else(|_| panic!("fits"));
             batch.push(item);
         }
         assert!(
-            order.lock().unwrap().is_empty(),
+            order.borrow().is_empty(),
             "nothing runs before the batch drops"
         );
         let unwound = catch_unwind(AssertUnwindSafe(|| drop(batch)));
@@ -582,7 +582,7 @@ mod tests {
             unwound.is_err(),
             "the panic reaches whoever dropped the batch"
         );
-        assert_eq!(*order.lock().unwrap(), (0..BATCH).collect::<Vec<_>>());
+        assert_eq!(*order.borrow(), (0..BATCH).collect::<Vec<_>>());
     }
 
     #[test]
