@@ -356,11 +356,13 @@ impl ThreadState {
     /// `register`, say).
     fn with_batch<R>(&self, id: u64, f: impl FnOnce(&BatchSlot) -> R) -> Option<R> {
         if self.last.id.get() == id {
-            // SAFETY: callers pass the id of a live cache (one they are working in), and
-            // `last` holds a live cache's id only while the entry it names is in `locals`:
-            // an entry leaves when its cache drops or after (pruned), or with all of them
-            // (which resets `last`). The entry's boxed slot lives as long as the entry.
-            return Some(f(unsafe { &*self.last.batch.get() }));
+            // Callers pass the id of a live cache (one they are working in), and `last`
+            // holds a live cache's id only while the entry it names is in `locals`: an
+            // entry leaves when its cache drops or after (pruned), or with all of them
+            // (which resets `last`).
+            // SAFETY: so the entry is live, and its boxed slot lives as long as it does.
+            let slot = unsafe { &*self.last.batch.get() };
+            return Some(f(slot));
         }
         let locals = self.locals.try_borrow().ok()?;
         let local = locals.iter().find(|l| l.id == id)?;
