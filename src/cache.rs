@@ -80,7 +80,7 @@ pub enum RemovalCause {
     /// Evicted by the policy to make room for a new entry, or removed to honour a smaller
     /// capacity (`set_capacity`).
     Capacity,
-    /// Removed by [`Cache::remove`].
+    /// Removed by [`Cache::remove`], [`Cache::remove_if`] or [`Cache::retain`].
     Removed,
     /// Replaced by [`Cache::insert`] of the same key.
     Replaced,
@@ -110,7 +110,7 @@ pub struct Stats {
     pub rejections: u64,
     /// Entries evicted to make room for new ones, or removed to honour a smaller capacity.
     pub evictions: u64,
-    /// Entries removed by [`Cache::remove`].
+    /// Entries removed by [`Cache::remove`], [`Cache::remove_if`] or [`Cache::retain`].
     pub removals: u64,
 }
 
@@ -461,6 +461,32 @@ where
         self.raw.remove_if(key, pred)
     }
 
+    /// Keeps only the entries that `keep` accepts: every cached entry is shown to `keep`
+    /// once, and those it refuses are removed (counted in [`Stats::removals`], reported to
+    /// the eviction listener as [`RemovalCause::Removed`]). Returns how many this call
+    /// removed.
+    ///
+    /// Other threads may use the cache meanwhile: an entry inserted during the call may or
+    /// may not be shown, and an entry replaced after `keep` saw it is kept, since its new
+    /// value was not asked about. `keep` may use the cache itself. Builds in flight are not
+    /// affected. If `keep` panics, the entries removed before stay removed.
+    ///
+    /// ```
+    /// use runcache::Cache;
+    ///
+    /// let cache: Cache<(u32, u32), String> = Cache::new(100);
+    /// for session in 0..3 {
+    ///     cache.insert((session, 7), format!("kernel for session {session}")).unwrap();
+    /// }
+    /// // Session 1 ended: drop everything it compiled.
+    /// assert_eq!(cache.retain(|&(session, _), _| session != 1), 1);
+    /// assert!(cache.get(&(1, 7)).is_none());
+    /// assert_eq!(cache.len(), 2);
+    /// ```
+    pub fn retain(&self, keep: impl FnMut(&K, &V) -> bool) -> usize {
+        self.raw.retain(keep)
+    }
+
     /// Removes every cached value (builds in flight are not affected).
     pub fn clear(&self) {
         self.raw.clear();
@@ -625,6 +651,36 @@ where
         Q: Hash + Eq + ?Sized,
     {
         self.get(key).is_some()
+    }
+
+    /// The cached entries, borrowed for as long as this pin, in no particular order.
+    ///
+    /// Other threads may change the cache meanwhile; the iteration is weakly consistent:
+    ///
+    /// - an entry cached from the call to the iteration's end is yielded exactly once, with
+    ///   its value at the moment the iteration reaches it;
+    /// - an entry inserted or removed meanwhile may or may not be yielded;
+    /// - an entry removed and inserted again meanwhile may be yielded once per insertion.
+    ///
+    /// Builds in flight are not yielded. Iterating reads only, except that a table
+    /// migration in flight (the table growing, or shedding removed entries) is finished when
+    /// the iteration reaches its shard, as the next writer of that shard would. Lookups
+    /// made this way are not counted in [`Cache::stats`].
+    ///
+    /// ```
+    /// use runcache::Cache;
+    ///
+    /// let cache: Cache<&str, u32> = Cache::new(10);
+    /// cache.insert("conv", 3).unwrap();
+    /// cache.insert("gemm", 4).unwrap();
+    /// let pinned = cache.pin();
+    /// let mut entries: Vec<_> = pinned.iter().collect();
+    /// entries.sort();
+    /// assert_eq!(entries, [(&"conv", &3), (&"gemm", &4)]);
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
+        debug_assert!(self.raw.owns(&self.pin.guard));
+        self.raw.entries(&self.pin)
     }
 }
 

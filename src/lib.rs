@@ -40,6 +40,11 @@
 //! assert_eq!(sum, 49);
 //! ```
 //!
+//! The same handle iterates: [`Pinned::iter`] yields every entry cached throughout the
+//! iteration exactly once, whatever other threads do to the cache meanwhile, and
+//! [`Cache::retain`] removes the entries a predicate refuses (all the kernels of a session
+//! that ended, say).
+//!
 //! Memory of removed entries is reclaimed with [crossbeam-epoch], with one collector per cache,
 //! once no pin of the time of removal is left. Hold a `Pinned` for a batch of reads, not for
 //! the life of a thread.

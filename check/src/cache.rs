@@ -20,6 +20,10 @@ pub enum Op {
     Contains(u8),
     Clear,
     SetCapacity(u8),
+    /// Keeps the keys whose remainder modulo 3 is not `n % 3`.
+    Retain(u8),
+    /// Every entry through `Pinned::iter`.
+    Iter,
 }
 
 /// A cache configuration and the operations to apply.
@@ -195,6 +199,31 @@ pub fn run(input: Input) -> Outcome {
             Op::Clear => {
                 cache.clear();
                 model.map.clear();
+            }
+            Op::Retain(n) => {
+                let drop = n % 3;
+                let mut shown = Vec::new();
+                let removed = cache.retain(|key, v| {
+                    shown.push((*key, *v));
+                    key % 3 != drop
+                });
+                let before = model.map.len();
+                let mut expected: Vec<_> = model.map.iter().map(|(k, v)| (*k, *v)).collect();
+                model.map.retain(|key, _| key % 3 != drop);
+                let gone = before - model.map.len();
+                model.counts[REMOVALS] += gone as u64;
+                shown.sort_unstable();
+                expected.sort_unstable();
+                ensure_eq!(shown, expected, "{at}: entries shown to the predicate");
+                ensure_eq!(removed, gone, "{at}: removed count");
+            }
+            Op::Iter => {
+                let pinned = cache.pin();
+                let mut seen: Vec<_> = pinned.iter().map(|(k, v)| (*k, *v)).collect();
+                let mut expected: Vec<_> = model.map.iter().map(|(k, v)| (*k, *v)).collect();
+                seen.sort_unstable();
+                expected.sort_unstable();
+                ensure_eq!(seen, expected, "{at}: iterated entries");
             }
             Op::SetCapacity(c) => {
                 let c = u64::from(c % 48);

@@ -22,6 +22,10 @@ pub enum Op {
     Scan(u8, u8),
     Clear,
     SetCapacity(u8),
+    /// Keeps the keys whose remainder modulo 3 is not `n % 3`.
+    Retain(u8),
+    /// Every entry through `Pinned::iter`.
+    Iter,
 }
 
 /// A cache configuration and the operations to apply.
@@ -149,6 +153,25 @@ pub fn run(input: Input) -> Outcome {
                 capacity = u64::from(c % 48);
                 cache.set_capacity(capacity);
                 follow(&events, &mut model, &at)?;
+            }
+            Op::Retain(n) => {
+                let drop = n % 3;
+                let removed = cache.retain(|key, _| key % 3 != drop);
+                let gone = before.keys().filter(|key| *key % 3 == drop).count();
+                ensure_eq!(removed, gone, "{at}: removed count");
+                follow(&events, &mut model, &at)?;
+                ensure!(
+                    model.keys().all(|key| key % 3 != drop),
+                    "{at}: a refused entry left without a report"
+                );
+            }
+            Op::Iter => {
+                let pinned = cache.pin();
+                let mut seen: Vec<_> = pinned.iter().map(|(k, v)| (*k, *v)).collect();
+                let mut expected: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                seen.sort_unstable();
+                expected.sort_unstable();
+                ensure_eq!(seen, expected, "{at}: iterated entries");
             }
         }
         follow(&events, &mut model, &at)?;

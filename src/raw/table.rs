@@ -836,6 +836,31 @@ impl<K: Eq, V> Shard<K, V> {
         }
     }
 
+    /// The shard's nodes for a walk that sees each entry once (`Cache::retain`,
+    /// `Pinned::iter`): every node pointer in the slots of the root, whatever their tags.
+    ///
+    /// A migration in flight is finished first (this thread moves what is left, as a writer
+    /// that needs the table would), so every key cached now is bound in the table walked:
+    /// none lives only in a successor. A later migration leaves each node it moves in the
+    /// old slot, tagged `MOVED` (H2), and a node replaced since forwards to its replacement,
+    /// so a key bound all along is met exactly once, at its one slot (H1). A key removed and
+    /// inserted again meanwhile may be met at two slots, once per insertion.
+    pub(crate) fn walk<'g>(&'g self, guard: &'g Guard) -> Walk<'g, K, V> {
+        let table = loop {
+            let root = self.root(guard);
+            match root.next(guard) {
+                None => break root,
+                // `finish` advances the root past `root`, whoever does it.
+                Some(next) => self.finish(root, next, guard),
+            }
+        };
+        Walk {
+            table,
+            index: 0,
+            guard,
+        }
+    }
+
     /// Checks the probe structure of a quiet shard: every live node is found from its hash,
     /// nothing is frozen, a table that is not migrating counts exactly its taken slots, and
     /// the prefetch hint names the root's slots.
@@ -884,6 +909,31 @@ impl<K: Eq, V> Shard<K, V> {
             table = t.next(guard);
         }
         Ok(())
+    }
+}
+
+/// The nodes of one table, slot by slot (see [`Shard::walk`]): live, dead, frozen or moved.
+pub(crate) struct Walk<'g, K, V> {
+    table: &'g Table<K, V>,
+    index: usize,
+    guard: &'g Guard,
+}
+
+impl<'g, K, V> Iterator for Walk<'g, K, V> {
+    type Item = &'g Node<K, V>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while let Some(slot) = self.table.slots.get(self.index) {
+            self.index += 1;
+            // Acquire: as in `find`.
+            let s = slot.load(Ordering::Acquire, self.guard);
+            // SAFETY: a node read from a slot under `guard` outlives the guard (H3), whatever
+            // the slot's tag.
+            if let Some(n) = unsafe { s.as_ref() } {
+                return Some(n);
+            }
+        }
+        None
     }
 }
 
