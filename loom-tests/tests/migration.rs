@@ -115,9 +115,9 @@ fn a_build_that_starts_a_migration_runs_once() {
     });
 }
 
-/// `clear` racing a migration walks both tables: it removes keys 1 and 2 wherever they are
-/// (old table, new table, or both while a copy is under way), and key 3, inserted by the
-/// migrating thread, stays only if it landed after the clear passed it.
+/// `clear` racing a migration (which it finishes first if it is in flight) removes keys 1
+/// and 2 wherever the migration has got to, and key 3, inserted by the migrating thread,
+/// stays only if it landed after the clear passed it.
 #[test]
 fn a_clear_racing_a_migration_removes_what_was_there() {
     loom::model(|| {

@@ -978,21 +978,17 @@ where
     fn remove_while(&self, cause: RemovalCause, mut more: impl FnMut() -> bool) -> usize {
         let pin = self.pin();
         let mut removed = 0;
-        for shard in self.shards.iter() {
-            let mut go = true;
-            shard.for_each(&pin.guard, |node| {
-                go = more();
-                if go
-                    && self
-                        .take_if(node, shard, &pin.guard, cause, true, 0, false, |_| true)
-                        .is_some()
+        'shards: for shard in self.shards.iter() {
+            for node in shard.walk(&pin.guard) {
+                if !more() {
+                    break 'shards;
+                }
+                if self
+                    .take_if(node, shard, &pin.guard, cause, true, 0, false, |_| true)
+                    .is_some()
                 {
                     removed += 1;
                 }
-                go
-            });
-            if !go {
-                break;
             }
         }
         if removed > 0 {
@@ -1076,12 +1072,11 @@ where
             let pin = self.pin();
             let mut ranked = Vec::new();
             for shard in self.shards.iter() {
-                shard.for_each(&pin.guard, |node| {
+                for node in shard.walk(&pin.guard) {
                     if let View::Ready { node, value } = node.view(&pin.guard) {
                         ranked.push((rank(node.key(), value), node, &**shard));
                     }
-                    true
-                });
+                }
             }
             ranked.sort_by(|a, b| a.0.cmp(&b.0));
             let mut removed = 0;

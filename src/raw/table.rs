@@ -812,7 +812,9 @@ impl<K: Eq, V> Shard<K, V> {
     }
 
     /// Calls `f` on every node the shard's tables hold that has not moved on (a node may be
-    /// seen twice while a migration copies it) until `f` returns `false`.
+    /// seen twice while a migration copies it) until `f` returns `false`. For `validate`,
+    /// which must see both tables of a quiet shard as they are; every other walk is
+    /// [`walk`](Self::walk).
     pub(crate) fn for_each<'g>(
         &'g self,
         guard: &'g Guard,
@@ -836,8 +838,9 @@ impl<K: Eq, V> Shard<K, V> {
         }
     }
 
-    /// The shard's nodes for a walk that sees each entry once (`Cache::retain`,
-    /// `Pinned::iter`): every node pointer in the slots of the root, whatever their tags.
+    /// The shard's nodes for a walk that sees each entry once (`Pinned::iter`,
+    /// `Cache::retain`, `clear`, ranked shrinks): every node pointer in the slots of the
+    /// root, whatever their tags.
     ///
     /// A migration in flight is finished first (this thread moves what is left, as a writer
     /// that needs the table would), so every key cached now is bound in the table walked:
