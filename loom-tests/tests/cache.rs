@@ -1,4 +1,4 @@
-//! Loom models of the whole cache: the split-ordered list, the slot protocol, the budget and
+//! Loom models of the whole cache: the table, the slot protocol, the budget and
 //! crossbeam-epoch itself are explored together.
 //!
 //! ```text
@@ -276,6 +276,39 @@ fn a_replacement_racing_a_removal_hands_each_value_to_one_caller() {
             other => panic!("not a linearizable outcome: (replaced, removed) = {other:?}"),
         }
         assert_eq!(c.weighted_size(), left.unwrap_or(0));
+        c.__validate().unwrap();
+    });
+}
+
+/// `retain` refusing a value races the replacement of that value: the new value, which the
+/// predicate never saw (or saw and accepted), survives. Either `retain` took the old value
+/// before the replacement (which then inserts afresh) or it finds the entry replaced and
+/// keeps it; the weights end exact either way.
+#[test]
+fn a_retain_racing_a_replacement_keeps_the_new_value() {
+    loom::model(|| {
+        let c = Arc::new(
+            builder::<u64>()
+                .capacity(10)
+                .weigher(|_, v| *v)
+                .build()
+                .unwrap(),
+        );
+        c.insert(1, 2).unwrap();
+        let c2 = c.clone();
+        let replacer = thread::spawn(move || {
+            let old = c2.insert(1, 3).unwrap().map(|v| *v);
+            runcache::__loom_thread_exit();
+            old
+        });
+        let removed = c.retain(|_, v| *v != 2);
+        let old = replacer.join().unwrap();
+        match (removed, old) {
+            (1, None) | (0, Some(2)) => {}
+            other => panic!("not a linearizable outcome: (removed, replaced) = {other:?}"),
+        }
+        assert_eq!(c.get(&1).as_deref(), Some(&3));
+        assert_eq!(c.weighted_size(), 3);
         c.__validate().unwrap();
     });
 }
