@@ -11,8 +11,8 @@
 //!
 //! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
 //! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction at 1,
-//! 2, 16 and 64 threads, the single-flight storm, memory per entry (a counting global
-//! allocator), and hit ratio against capacity on a Zipf trace. Each throughput is the best of
+//! 2, 16 and 64 threads, the single-flight storm, iteration over every entry, memory per
+//! entry (a counting global allocator), and hit ratio against capacity on a Zipf trace. Each throughput is the best of
 //! five runs, taken in turn with the other subjects of its comparison (see [`interleaved`]).
 
 #[path = "../benches/support/mod.rs"]
@@ -478,6 +478,62 @@ fn storm(scale: &Scale, rows: &mut Vec<Row>) -> (f64, u64) {
 }
 
 /// The issue's targets, each with the worst ratio over the rows it covers.
+/// Iterating every entry once (summing the values), pinned where the map has guards: runcache
+/// `pin().iter()`, papaya `pin().iter()`; quick_cache's `iter` clones each `Arc`, dashmap's
+/// read-locks each shard in turn.
+fn iteration(rows: &mut Vec<Row>) {
+    for entries in [100_000u64, 1_000_000] {
+        let rc: runcache::Cache<u64, u64> = runcache::Cache::builder()
+            .capacity(2 * entries)
+            .build()
+            .expect("the default shard count is valid");
+        let pa = papaya::HashMap::<u64, u64, Hasher>::with_hasher(Hasher::default());
+        let pa_arc = papaya::HashMap::<u64, Arc<u64>, Hasher>::with_hasher(Hasher::default());
+        let qc = quick_cache::sync::Cache::<u64, Arc<u64>>::new(2 * entries as usize);
+        let dash = dashmap::DashMap::<u64, Arc<u64>, Hasher>::with_hasher(Hasher::default());
+        let map: HashMap<u64, Arc<u64>, Hasher> = (0..entries).map(|k| (k, Arc::new(k))).collect();
+        for k in 0..entries {
+            let _ = rc.insert(k, k);
+            pa.pin().insert(k, k);
+            pa_arc.pin().insert(k, Arc::new(k));
+            qc.insert(k, Arc::new(k));
+            dash.insert(k, Arc::new(k));
+        }
+        /// A run that sums one pass over `n` entries.
+        fn timed<'a>(n: u64, sum: impl Fn() -> u64 + 'a) -> Run<'a> {
+            let run = move || {
+                let t0 = Instant::now();
+                black_box(sum());
+                t0.elapsed()
+            };
+            (n as usize, Box::new(run))
+        }
+        let n = entries;
+        let runs = vec![
+            timed(n, || rc.pin().iter().map(|(_, v)| *v).sum()),
+            timed(n, || pa.pin().iter().map(|(_, v)| *v).sum()),
+            timed(n, || pa_arc.pin().iter().map(|(_, v)| **v).sum()),
+            timed(n, || qc.iter().map(|(_, v)| *v).sum()),
+            timed(n, || dash.iter().map(|e| **e.value()).sum()),
+            timed(n, || map.values().map(|v| **v).sum()),
+        ];
+        let m = interleaved(runs);
+        rows.push(Row {
+            workload: format!("iteration over {}k entries, entries/s", entries / 1000),
+            unit: "M/s",
+            runcache: m[0],
+            peers: vec![
+                ("papaya", m[1]),
+                ("papaya of Arc", m[2]),
+                ("quick_cache", m[3]),
+                ("dashmap", m[4]),
+                ("HashMap of Arc", m[5]),
+            ],
+            higher_is_better: true,
+        });
+    }
+}
+
 fn targets(rows: &[Row], storm: (f64, u64)) -> String {
     let worst_where = |covers: &dyn Fn(&str) -> bool, peer: &str| {
         rows.iter()
@@ -847,6 +903,8 @@ fn main() -> ExitCode {
     churn(&scale, &mut rows);
     eprintln!("storm ...");
     let storm = storm(&scale, &mut rows);
+    eprintln!("iteration ...");
+    iteration(&mut rows);
     eprintln!("hit ratio ...");
     let (capacities, ratio_series) = hit_ratio(&scale);
     let machine = machine();
@@ -949,6 +1007,8 @@ fn write_docs(
          - Churn: get, and insert on a miss, over Zipf s=1 keys; every cache evicts at the same\n  \
            capacity, chosen so that 18–19% of the accesses miss (the issue asks for 10–20%);\n  \
            each row names runcache's own miss ratio in that run, cold start included.\n\
+         - Iteration: every entry once, summing the values (runcache and papaya under one pin;\n  \
+           quick_cache's `iter` clones each `Arc`; dashmap read-locks one shard at a time).\n\
          - Mixes are conc-map-bench's: read-heavy 98% get / 1% insert / 1% remove; exchange\n  \
            10/40/40 plus 10% update; rapid-grow 5/80/5 plus 10% update; uniform keys over\n  \
            {} keys, half present at the start; every thread its own operation stream.\n\
