@@ -246,6 +246,17 @@ fn a_clear_racing_a_build_leaves_no_dead_node_behind() {
     });
 }
 
+/// A cache whose entries weigh their value, holding key 1 with value (and weight) 2.
+fn weighing_one_entry() -> Arc<Cache<u32, u64, Fixed>> {
+    let c = builder::<u64>()
+        .capacity(10)
+        .weigher(|_, v| *v)
+        .build()
+        .unwrap();
+    c.insert(1, 2).unwrap();
+    Arc::new(c)
+}
+
 /// A replacement races a removal of the same key. Only two orders are possible: replace then
 /// remove (the removal gets the new value) or remove then insert (the insert finds nothing).
 /// The old value goes to exactly one of them and the weights end exact. A removal that meets
@@ -253,14 +264,7 @@ fn a_clear_racing_a_build_leaves_no_dead_node_behind() {
 #[test]
 fn a_replacement_racing_a_removal_hands_each_value_to_one_caller() {
     loom::model(|| {
-        let c = Arc::new(
-            builder::<u64>()
-                .capacity(10)
-                .weigher(|_, v| *v)
-                .build()
-                .unwrap(),
-        );
-        c.insert(1, 2).unwrap();
+        let c = weighing_one_entry();
         let c2 = c.clone();
         let remover = thread::spawn(move || {
             let removed = c2.remove(&1).map(|v| *v);
@@ -287,14 +291,7 @@ fn a_replacement_racing_a_removal_hands_each_value_to_one_caller() {
 #[test]
 fn a_retain_racing_a_replacement_keeps_the_new_value() {
     loom::model(|| {
-        let c = Arc::new(
-            builder::<u64>()
-                .capacity(10)
-                .weigher(|_, v| *v)
-                .build()
-                .unwrap(),
-        );
-        c.insert(1, 2).unwrap();
+        let c = weighing_one_entry();
         let c2 = c.clone();
         let replacer = thread::spawn(move || {
             let old = c2.insert(1, 3).unwrap().map(|v| *v);
