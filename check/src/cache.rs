@@ -1,7 +1,7 @@
 //! The core cache refusing when full: every return value, the length, the weighted size, the
 //! capacity and the activity counters against a `HashMap` model after every step.
 
-use crate::{ensure, ensure_eq, weight, Outcome};
+use crate::{ensure, ensure_eq, iterates_as, weight, Outcome};
 use arbitrary::Arbitrary;
 use runcache::{Cache, Lookup, Source, WhenFull};
 use std::collections::HashMap;
@@ -217,14 +217,7 @@ pub fn run(input: Input) -> Outcome {
                 ensure_eq!(shown, expected, "{at}: entries shown to the predicate");
                 ensure_eq!(removed, gone, "{at}: removed count");
             }
-            Op::Iter => {
-                let pinned = cache.pin();
-                let mut seen: Vec<_> = pinned.iter().map(|(k, v)| (*k, *v)).collect();
-                let mut expected: Vec<_> = model.map.iter().map(|(k, v)| (*k, *v)).collect();
-                seen.sort_unstable();
-                expected.sort_unstable();
-                ensure_eq!(seen, expected, "{at}: iterated entries");
-            }
+            Op::Iter => iterates_as(&cache, &model.map, &at)?,
             Op::SetCapacity(c) => {
                 let c = u64::from(c % 48);
                 cache.set_capacity(c);

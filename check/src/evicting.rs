@@ -4,7 +4,7 @@
 //! model's entries, never weighs more than its capacity, and passes its own invariant check
 //! (the policy's queues and totals included).
 
-use crate::{ensure, ensure_eq, weight, Outcome};
+use crate::{ensure, ensure_eq, iterates_as, weight, Outcome};
 use arbitrary::Arbitrary;
 use runcache::{Cache, RemovalCause, Source};
 use std::collections::HashMap;
@@ -165,14 +165,7 @@ pub fn run(input: Input) -> Outcome {
                     "{at}: a refused entry left without a report"
                 );
             }
-            Op::Iter => {
-                let pinned = cache.pin();
-                let mut seen: Vec<_> = pinned.iter().map(|(k, v)| (*k, *v)).collect();
-                let mut expected: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
-                seen.sort_unstable();
-                expected.sort_unstable();
-                ensure_eq!(seen, expected, "{at}: iterated entries");
-            }
+            Op::Iter => iterates_as(&cache, &model, &at)?,
         }
         follow(&events, &mut model, &at)?;
         ensure_eq!(cache.len(), model.len(), "{at}: len");

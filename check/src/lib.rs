@@ -61,3 +61,18 @@ pub(crate) use {ensure, ensure_eq};
 pub fn weight(v: u32) -> u64 {
     u64::from(v % 4)
 }
+
+/// Checks that `cache.pin().iter()` yields exactly the model's entries, each once.
+pub(crate) fn iterates_as(
+    cache: &runcache::Cache<u8, u32>,
+    model: &std::collections::HashMap<u8, u32>,
+    at: &str,
+) -> Outcome {
+    let pinned = cache.pin();
+    let mut seen: Vec<_> = pinned.iter().map(|(k, v)| (*k, *v)).collect();
+    let mut expected: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
+    seen.sort_unstable();
+    expected.sort_unstable();
+    ensure_eq!(seen, expected, "{at}: iterated entries");
+    Ok(())
+}
