@@ -190,8 +190,8 @@ fn open_store(gpu: Option<bool>) -> Result<Store, String> {
                     gpu: Some(allocator),
                 });
             }
-            Err(e) if gpu == Some(true) => return Err(format!("--gpu: {e}")),
-            Err(e) => println!("weights on the CPU (no Vulkan device: {e})"),
+            Err(e) if gpu == Some(true) => return Err(format!("--gpu: {}", chain(&e))),
+            Err(e) => println!("weights on the CPU (no Vulkan device: {})", chain(&e)),
         }
     }
     #[cfg(not(feature = "vulkan"))]
@@ -492,4 +492,16 @@ fn main() -> ExitCode {
         cache.len()
     );
     ExitCode::SUCCESS
+}
+
+/// An error and its sources, each after a colon: what a user needs to see of a failure.
+#[cfg(feature = "vulkan")]
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        text.push_str(&format!(": {source}"));
+        next = source.source();
+    }
+    text
 }

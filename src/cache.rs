@@ -2,6 +2,7 @@
 
 use crate::error::{ConfigError, InsertError};
 use crate::raw::{counter::Counter, Listener, Pin, RawCache, Served, Weigher};
+pub use crate::raw::{RemovalCause, MAX_SHARDS};
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::fmt;
@@ -18,9 +19,6 @@ pub type DefaultHashBuilder = foldhash::fast::RandomState;
 /// interleaving many times, and random seeds would make the replays differ.
 #[cfg(runcache_loom)]
 pub type DefaultHashBuilder = foldhash::fast::FixedState;
-
-/// The largest shard count a builder accepts.
-pub const MAX_SHARDS: usize = 1 << 16;
 
 /// Whether [`Cache::get_or_create`] found the value or ran the builder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,21 +69,6 @@ pub enum WhenFull {
     Evict,
     /// Refuse the new entry and keep the cached ones (constant tensor caches work this way).
     Reject,
-}
-
-/// Why a value left the cache, as told to an [`on_evict`](CacheBuilder::on_evict) listener.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RemovalCause {
-    /// Evicted by the policy to make room for a new entry, or removed to honour a smaller
-    /// capacity (`set_capacity`).
-    Capacity,
-    /// Removed by [`Cache::remove`], [`Cache::remove_if`] or [`Cache::retain`].
-    Removed,
-    /// Replaced by [`Cache::insert`] of the same key.
-    Replaced,
-    /// Removed by [`Cache::clear`].
-    Cleared,
 }
 
 /// Counters of a cache's activity; exact once no operation is in flight and no [`Pinned`]

@@ -156,11 +156,14 @@ pub use cache::{
     Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, RemovalCause, Source, Stats,
     WhenFull, MAX_SHARDS,
 };
-pub use constant::{ConstantBuffer, DeviceMemory};
+pub use constant::{
+    AddError, AllocError, BufferAllocator, CapacityParseError, ConstantBuffer, DeviceKind,
+    DeviceMemory, HostAllocator,
+};
+pub use error::{ConfigError, InsertError};
+pub use pool::PoolError;
 #[cfg(feature = "vulkan")]
-pub use error::VulkanError;
-pub use error::{AllocError, ConfigError, InsertError, PoolError};
-pub use raw::alloc::{BufferAllocator, DeviceKind, HostAllocator};
+pub use vulkan::VulkanError;
 
 /// Ends the calling modelled thread's registrations with every cache, exactly as thread-local
 /// destruction does when a real thread exits.

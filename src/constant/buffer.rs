@@ -1,8 +1,6 @@
 //! [`ConstantBuffer`]: a processed constant tensor's memory.
 
-use crate::error::AllocError;
-use crate::raw::alloc::Allocation;
-use crate::{BufferAllocator, DeviceKind, HostAllocator};
+use super::alloc::{AllocError, Allocation, BufferAllocator, DeviceKind, HostAllocator};
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -5,7 +5,7 @@
 //! fields still apply. Nothing is reinterpreted: an unknown kind is not taken for a GPU, `-1`
 //! is not "unlimited", and `10GB` is not 10.
 
-use crate::DeviceKind;
+use super::alloc::DeviceKind;
 use std::fmt;
 
 /// The largest capacity in MiB whose byte count fits in a `u64`.

@@ -42,16 +42,18 @@
 //! assert_eq!(weights.size(), 4096);
 //! ```
 
+mod alloc;
 mod buffer;
 mod config;
 
+pub use alloc::{AllocError, BufferAllocator, DeviceKind, HostAllocator};
 pub use buffer::{ConstantBuffer, DeviceMemory};
 pub use config::{
     parse_capacity_config, CapacityConfig, CapacityParseError, CapacityParseErrorKind,
     ParsedCapacity, MAX_CAPACITY_MB,
 };
 
-use crate::{Cache, DeviceKind, Source, Stats};
+use crate::{Cache, Source, Stats};
 use buffer::Ledger;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -36,12 +36,14 @@
 //! assert_eq!(cache.type_count(), 2);
 //! ```
 
-use crate::raw::typemap::{AsAny, TypeMap};
+mod typemap;
+
 use crate::{Cache, Lookup, Source};
 use std::any::Any;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
+use typemap::{AsAny, TypeMap};
 
 /// OpenVINO's default capacity per key type.
 pub const DEFAULT_CAPACITY: u64 = 5000;

@@ -32,13 +32,16 @@
 //! assert_eq!(pools.stats().reuses, 1);
 //! ```
 
-use crate::error::PoolError;
-use crate::raw::pool::{PoolSlots, ReturnPool, Waiters};
+mod error;
+mod slots;
+
 use crate::sync::{park, park_timeout, AtomicU64, AtomicUsize, Ordering};
+pub use error::PoolError;
+use slots::{PoolSlots, ReturnPool, Waiters};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-pub use crate::raw::pool::PoolGuard;
+pub use slots::PoolGuard;
 
 /// What [`PoolManager::reserve`] does when every pool is reserved and the maximum is reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

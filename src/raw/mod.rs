@@ -47,21 +47,15 @@
 //!   the collector before that thread's handle drops); the live contents are dropped by the
 //!   cache's own `Drop`, once, when the cache drops.
 
-pub(crate) mod alloc;
 pub(crate) mod counter;
 pub(crate) mod epoch;
 pub(crate) mod node;
-pub(crate) mod pool;
 pub(crate) mod slot;
 pub(crate) mod table;
-pub(crate) mod typemap;
-#[cfg(feature = "vulkan")]
-pub(crate) mod vulkan;
 pub(crate) mod word;
 
 use crate::policy::S3Fifo;
 use crate::sync::Ordering;
-use crate::RemovalCause;
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
@@ -76,11 +70,29 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use table::Shard;
 
+/// The largest shard count a builder accepts.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// Why a value left the cache, as told to an [`on_evict`](crate::CacheBuilder::on_evict) listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RemovalCause {
+    /// Evicted by the policy to make room for a new entry, or removed to honour a smaller
+    /// capacity (`set_capacity`).
+    Capacity,
+    /// Removed by [`Cache::remove`](crate::Cache::remove), [`Cache::remove_if`](crate::Cache::remove_if) or [`Cache::retain`](crate::Cache::retain).
+    Removed,
+    /// Replaced by [`Cache::insert`](crate::Cache::insert) of the same key.
+    Replaced,
+    /// Removed by [`Cache::clear`](crate::Cache::clear).
+    Cleared,
+}
+
 /// Computes an entry's weight.
 pub(crate) type Weigher<K, V> = Box<dyn Fn(&K, &V) -> u64 + Send + Sync>;
 
 /// Hears about every value that leaves the cache.
-pub(crate) type Listener<K, V> = Box<dyn Fn(&K, &Arc<V>, crate::RemovalCause) + Send + Sync>;
+pub(crate) type Listener<K, V> = Box<dyn Fn(&K, &Arc<V>, RemovalCause) + Send + Sync>;
 
 /// How a `get_or_build` call was served.
 pub(crate) enum Served<V, E> {
@@ -147,7 +159,7 @@ pub(crate) struct RawCache<K, V, S> {
     shards: Box<[CachePadded<Shard<K, V>>]>,
     /// `shards - 1`; the shard is `hash >> 48 & shard_mask`: the top 16 bits, which neither
     /// slot indices nor the slot word's hash tag (bits 32–47) use, as far as
-    /// [`MAX_SHARDS`](crate::MAX_SHARDS) shards need.
+    /// [`MAX_SHARDS`] shards need.
     shard_mask: usize,
     hasher: S,
     weigher: Option<Weigher<K, V>>,
@@ -174,7 +186,7 @@ where
         evict: bool,
     ) -> Self {
         // Callers validate the count first (`ConfigError`); `shard` relies on a non-empty array.
-        assert!(shards.is_power_of_two() && shards <= crate::MAX_SHARDS);
+        assert!(shards.is_power_of_two() && shards <= MAX_SHARDS);
         // The entries the cache is expected to hold, which size the policy's sketch and ghost
         // (see `WhenFull::Evict`).
         let expected = if weigher.is_none() {

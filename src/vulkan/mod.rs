@@ -66,15 +66,22 @@
 //!
 //! [gpu-allocator]: https://crates.io/crates/gpu-allocator
 
-pub use crate::error::VulkanError;
-pub use crate::raw::vulkan::{
-    DeviceBuffer, HeapBudget, VulkanAllocator, VulkanAllocatorBuilder, VulkanContext,
-    VulkanContextBuilder, SLAB_MAX,
-};
-pub use ash;
+mod allocator;
+mod buffer;
+mod context;
+mod error;
+mod slab;
+mod staging;
 
-use crate::constant::{self, ConstantCache};
-use crate::DeviceKind;
+pub use allocator::{VulkanAllocator, VulkanAllocatorBuilder};
+pub use ash;
+pub use buffer::DeviceBuffer;
+pub use context::{HeapBudget, VulkanContext, VulkanContextBuilder};
+pub use error::{VulkanError, WrappedError};
+pub use slab::SLAB_MAX;
+
+use crate::constant::{self, ConstantCache, DeviceKind};
+use std::sync::{Mutex, MutexGuard};
 
 const MIB: u64 = 1 << 20;
 
@@ -110,4 +117,12 @@ pub fn configure_process_cache(ctx: &VulkanContext) -> u64 {
         cache.set_capacity_bytes(default_capacity(ctx));
     }
     cache.capacity()
+}
+
+/// Takes a lock of this layer (see the module docs, "Locks").
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding either lock leaves nothing half-done that a later caller could
+    // observe (each critical section is one driver call or one allocator call), so a poisoned
+    // lock is taken over.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,8 +1,7 @@
-//! Raw buffer allocations for the constant tensor caches: the allocator trait (the seed's
-//! malloc/free pair, in Rust), the host allocator, and [`Allocation`], which frees itself
-//! through the allocator that made it.
+//! Raw buffer allocations for the constant tensor caches: the allocator trait (a
+//! malloc/free pair per device, as a trait object), the host allocator, [`Allocation`], which
+//! frees itself through the allocator that made it, and [`AllocError`].
 
-use crate::error::AllocError;
 use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;
@@ -43,8 +42,8 @@ impl fmt::Display for DeviceKind {
     }
 }
 
-/// Makes and frees the memory of constant buffers: the seed's `malloc_func_t`/`free_func_t`
-/// pair, as a trait.
+/// Makes and frees the memory of constant buffers: an allocate/deallocate pair per device
+/// (oneDNN's `malloc_func_t`/`free_func_t`), as a trait.
 ///
 /// # Safety
 /// Implementations must return from `allocate` either an error or a pointer to `size` bytes
@@ -212,3 +211,59 @@ impl fmt::Debug for Allocation {
             .finish()
     }
 }
+
+/// A constant buffer that could not be allocated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// The size and alignment do not form a valid layout (the alignment is not a power of two,
+    /// or the size overflows when rounded up to it).
+    InvalidLayout {
+        /// The size asked for, in bytes.
+        size: usize,
+        /// The alignment asked for, in bytes.
+        align: usize,
+    },
+    /// The device has no memory left for the request.
+    OutOfMemory {
+        /// The device asked.
+        device: DeviceKind,
+        /// The size asked for, in bytes.
+        size: usize,
+        /// The alignment asked for, in bytes.
+        align: usize,
+    },
+    /// The allocator returned memory that is not aligned as asked (a broken allocator).
+    Misaligned {
+        /// The device asked.
+        device: DeviceKind,
+        /// The alignment asked for, in bytes.
+        align: usize,
+    },
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::InvalidLayout { size, align } => write!(
+                f,
+                "invalid buffer layout: size {size} with alignment {align} (the alignment must \
+                 be a power of two and the rounded size must fit in usize)"
+            ),
+            AllocError::OutOfMemory {
+                device,
+                size,
+                align,
+            } => write!(
+                f,
+                "out of {device} memory allocating {size} bytes aligned to {align}"
+            ),
+            AllocError::Misaligned { device, align } => write!(
+                f,
+                "the {device} allocator returned memory not aligned to {align} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}

@@ -1,0 +1,635 @@
+//! [`VulkanAllocator`]: device-local buffers sub-allocated by gpu-allocator from large blocks
+//! (a dedicated allocation above a threshold), small ones as slots of shared block buffers,
+//! filled by mapping or through a staging slot, with a soft limit and retirement after a
+//! fence.
+
+use super::buffer::DeviceBuffer;
+use super::context::{VulkanContext, FENCE_TIMEOUT};
+use super::error::VulkanError;
+use super::lock;
+use super::slab::*;
+use super::staging::Staging;
+use crate::constant::ConstantBuffer;
+use crate::pool::{PoolManager, WhenExhausted};
+use crate::sync::{AtomicU64, Ordering};
+use ash::vk;
+use crossbeam_queue::SegQueue;
+use gpu_allocator::vulkan::{
+    Allocation, AllocationCreateDesc, AllocationScheme, Allocator, AllocatorCreateDesc,
+};
+use gpu_allocator::{AllocationSizes, AllocatorDebugSettings, MemoryLocation};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// Shared by an allocator and the buffers it made, so a buffer can free itself.
+pub(super) struct Shared {
+    // Field order is drop order: staging slots and the allocator go before the context (the
+    // slab blocks are freed by `Drop for Shared`, before any field).
+    pub(super) staging: PoolManager<Option<Staging>>,
+    pub(super) slabs: Mutex<Slabs>,
+    pub(super) gpu: Mutex<Allocator>,
+    /// Bytes of live buffers made by this allocator.
+    pub(super) used: AtomicU64,
+    pub(super) soft_limit: AtomicU64,
+    pub(super) dedicated_threshold: u64,
+    pub(super) staging_size: u64,
+    pub(super) force_staging: bool,
+    pub(super) prechecks: bool,
+    pub(super) ctx: Arc<VulkanContext>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Every buffer holds an `Arc` of this, so no slot is in use; the blocks go before the
+        // allocator they came from.
+        let slabs = std::mem::take(self.slabs.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let gpu = self.gpu.get_mut().unwrap_or_else(|p| p.into_inner());
+        for block in slabs.blocks {
+            // SAFETY: made on this device; no buffer uses a slot of it any more.
+            unsafe { self.ctx.device.destroy_buffer(block.buffer, None) };
+            if let Err(e) = gpu.free(block.allocation) {
+                log::error!("runcache: gpu-allocator could not free a block: {e}");
+            }
+        }
+    }
+}
+
+/// Configures a [`VulkanAllocator`]; see [`VulkanAllocator::builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct VulkanAllocatorBuilder {
+    pub(super) ctx: Arc<VulkanContext>,
+    pub(super) soft_limit: Option<u64>,
+    pub(super) dedicated_threshold: u64,
+    pub(super) block_size: u64,
+    pub(super) staging_size: u64,
+    pub(super) staging_slots: usize,
+    pub(super) force_staging: bool,
+    pub(super) prechecks: bool,
+}
+
+impl VulkanAllocatorBuilder {
+    /// At most this many bytes of live buffers; a request beyond it fails with
+    /// [`VulkanError::SoftLimit`] before the driver is called. For testing out-of-memory paths
+    /// on any device, or for sharing a device with other work. Default: none.
+    pub fn soft_limit(mut self, bytes: u64) -> Self {
+        self.soft_limit = Some(bytes);
+        self
+    }
+
+    /// Buffers of at least this many bytes get a dedicated device allocation; smaller ones
+    /// are sub-allocated from shared blocks. Default 64 MiB.
+    pub fn dedicated_threshold(mut self, bytes: u64) -> Self {
+        self.dedicated_threshold = bytes;
+        self
+    }
+
+    /// The size of the device-memory blocks small buffers are packed into. Default 64 MiB.
+    pub fn block_size(mut self, bytes: u64) -> Self {
+        self.block_size = bytes;
+        self
+    }
+
+    /// The size of each staging buffer (uploads larger than it go in several copies).
+    /// Default 16 MiB.
+    pub fn staging_size(mut self, bytes: u64) -> Self {
+        self.staging_size = bytes;
+        self
+    }
+
+    /// How many staging slots may exist at once (concurrent transfers beyond it wait for a
+    /// slot). Default 4.
+    pub fn staging_slots(mut self, n: usize) -> Self {
+        self.staging_slots = n;
+        self
+    }
+
+    /// Always go through staging, even when the device memory is host-visible (to measure or
+    /// test that path on unified-memory devices). Default off.
+    pub fn force_staging(mut self, on: bool) -> Self {
+        self.force_staging = on;
+        self
+    }
+
+    /// Check each request against `maxMemoryAllocationSize`, the heap size and the budget
+    /// before calling the driver. Default on; off only to see what the driver itself says.
+    pub fn prechecks(mut self, on: bool) -> Self {
+        self.prechecks = on;
+        self
+    }
+
+    /// Makes the allocator.
+    ///
+    /// # Errors
+    /// [`VulkanError::InvalidConfig`] for a zero size or slot count, or the allocator's own
+    /// error.
+    pub fn build(self) -> Result<VulkanAllocator, VulkanError> {
+        let bad = |reason: &'static str| Err(VulkanError::InvalidConfig { reason });
+        if self.staging_size == 0 {
+            return bad("staging_size must be at least 1 byte (got 0)");
+        }
+        if self.staging_slots == 0 {
+            return bad("staging_slots must be at least 1 (got 0)");
+        }
+        if self.block_size < (1 << 20) || self.block_size % (4 << 10) != 0 {
+            return bad("block_size must be at least 1 MiB and a multiple of 4 KiB");
+        }
+        let ctx = self.ctx;
+        let gpu = Allocator::new(&AllocatorCreateDesc {
+            instance: ctx.instance.clone(),
+            device: ctx.device.clone(),
+            physical_device: ctx.physical,
+            debug_settings: AllocatorDebugSettings::default(),
+            buffer_device_address: false,
+            allocation_sizes: AllocationSizes::new(self.block_size, self.block_size),
+        })
+        .map_err(|e| VulkanError::from_allocator(e, 0))?;
+        let staging = PoolManager::builder(|| None)
+            .max_pools(self.staging_slots)
+            .when_exhausted(WhenExhausted::Wait)
+            .build()
+            .expect("checked above: one pool per growth, a maximum of at least 1");
+        Ok(VulkanAllocator {
+            shared: Arc::new(Shared {
+                staging,
+                slabs: Mutex::new(Slabs::default()),
+                gpu: Mutex::new(gpu),
+                used: AtomicU64::new(0),
+                soft_limit: AtomicU64::new(self.soft_limit.unwrap_or(u64::MAX)),
+                dedicated_threshold: self.dedicated_threshold,
+                staging_size: self.staging_size,
+                force_staging: self.force_staging,
+                prechecks: self.prechecks,
+                ctx,
+            }),
+            retired: SegQueue::new(),
+        })
+    }
+}
+
+/// Makes device-local buffers and fills them; see the [module docs](crate::vulkan).
+pub struct VulkanAllocator {
+    pub(super) shared: Arc<Shared>,
+    /// Buffers waiting for a fence before they may be freed.
+    pub(super) retired: SegQueue<(vk::Fence, Arc<ConstantBuffer>)>,
+}
+
+impl VulkanAllocator {
+    /// An allocator with the default settings.
+    ///
+    /// # Errors
+    /// As [`VulkanAllocatorBuilder::build`].
+    pub fn new(ctx: Arc<VulkanContext>) -> Result<Self, VulkanError> {
+        Self::builder(ctx).build()
+    }
+
+    /// A builder for an allocator on `ctx`.
+    pub fn builder(ctx: Arc<VulkanContext>) -> VulkanAllocatorBuilder {
+        VulkanAllocatorBuilder {
+            ctx,
+            soft_limit: None,
+            dedicated_threshold: 64 << 20,
+            block_size: 64 << 20,
+            staging_size: 16 << 20,
+            staging_slots: 4,
+            force_staging: false,
+            prechecks: true,
+        }
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<VulkanContext> {
+        &self.shared.ctx
+    }
+
+    /// Bytes of live buffers made by this allocator.
+    pub fn used_bytes(&self) -> u64 {
+        self.shared.used.load(Ordering::Relaxed)
+    }
+
+    /// Changes the soft limit (`None`: no limit). Live buffers are kept.
+    pub fn set_soft_limit(&self, bytes: Option<u64>) {
+        // Relaxed: a bound checked by the reservation's own compare-and-swap loop.
+        self.shared
+            .soft_limit
+            .store(bytes.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Device-memory blocks and dedicated allocations the allocator holds now (each is one
+    /// `vkAllocateMemory`).
+    pub fn device_allocations(&self) -> usize {
+        lock(&self.shared.gpu).generate_report().blocks.len()
+    }
+
+    /// An uninitialized device-local buffer of `size` bytes.
+    ///
+    /// # Errors
+    /// [`VulkanError::ZeroSize`]; with prechecks on, [`VulkanError::TooLarge`],
+    /// [`VulkanError::AboveHeap`] or [`VulkanError::OverBudget`] before the driver is called;
+    /// [`VulkanError::SoftLimit`]; or the driver's error ([`VulkanError::OutOfDeviceMemory`]
+    /// and the others). Nothing is left allocated after an error.
+    pub fn allocate(&self, size: u64) -> Result<DeviceBuffer, VulkanError> {
+        let s = &self.shared;
+        self.collect_retired();
+        if size == 0 {
+            return Err(VulkanError::ZeroSize);
+        }
+        if s.prechecks {
+            let max = s.ctx.max_allocation_size;
+            if size > max {
+                return Err(VulkanError::TooLarge {
+                    requested: size,
+                    max_allocation_size: max,
+                });
+            }
+            if let Some(heap) = s.ctx.device_heap() {
+                if size > heap.size {
+                    return Err(VulkanError::AboveHeap {
+                        requested: size,
+                        heap_size: heap.size,
+                    });
+                }
+                if let (Some(budget), Some(usage)) = (heap.budget, heap.usage) {
+                    let available = budget.saturating_sub(usage);
+                    if size > available {
+                        return Err(VulkanError::OverBudget {
+                            requested: size,
+                            available,
+                        });
+                    }
+                }
+            }
+        }
+        // Reserve against the soft limit first, so concurrent requests cannot overshoot it.
+        let mut used = s.used.load(Ordering::Relaxed);
+        loop {
+            let limit = s.soft_limit.load(Ordering::Relaxed);
+            if used.checked_add(size).is_none_or(|total| total > limit) {
+                return Err(VulkanError::SoftLimit {
+                    requested: size,
+                    used,
+                    limit,
+                });
+            }
+            // Relaxed: a byte budget; nothing is published through it.
+            match s.used.compare_exchange_weak(
+                used,
+                used + size,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => used = now,
+            }
+        }
+        let mut buffer = DeviceBuffer {
+            buffer: vk::Buffer::null(),
+            offset: 0,
+            allocation: None,
+            slot: None,
+            memory: vk::DeviceMemory::null(),
+            memory_offset: 0,
+            mapped: 0,
+            size,
+            align: 1,
+            shared: Arc::clone(s),
+        };
+        // From here, dropping `buffer` undoes every step done so far.
+        if size <= SLAB_MAX {
+            self.take_slot(&mut buffer)?;
+            return Ok(buffer);
+        }
+        let (vk_buffer, allocation, align) = self.bound_buffer(
+            size,
+            size >= s.dedicated_threshold,
+            "runcache constant",
+            size,
+        )?;
+        (buffer.memory, buffer.memory_offset, buffer.mapped) = placement(&allocation);
+        buffer.buffer = vk_buffer;
+        buffer.allocation = Some(allocation);
+        buffer.align = align;
+        Ok(buffer)
+    }
+
+    /// A new device-local buffer of `size` bytes bound to memory of its own (a dedicated
+    /// allocation, or a gpu-allocator sub-allocation), with its alignment. On an error nothing
+    /// is left made; `requested` is the size the caller asked for (for the error).
+    pub(super) fn bound_buffer(
+        &self,
+        size: u64,
+        dedicated: bool,
+        name: &'static str,
+        requested: u64,
+    ) -> Result<(vk::Buffer, Allocation, u64), VulkanError> {
+        let s = &self.shared;
+        let d = &s.ctx.device;
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(BUFFER_USAGE)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a valid device and create info.
+        let buffer = unsafe { d.create_buffer(&info, None) }
+            .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, requested))?;
+        // SAFETY: the buffer was just made on this device.
+        let requirements = unsafe { d.get_buffer_memory_requirements(buffer) };
+        let allocated = lock(&s.gpu).allocate(&AllocationCreateDesc {
+            name,
+            requirements,
+            location: MemoryLocation::GpuOnly,
+            linear: true,
+            allocation_scheme: if dedicated {
+                AllocationScheme::DedicatedBuffer(buffer)
+            } else {
+                AllocationScheme::GpuAllocatorManaged
+            },
+        });
+        let allocation = match allocated {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: made above, never bound or used.
+                unsafe { d.destroy_buffer(buffer, None) };
+                return Err(VulkanError::from_allocator(e, requested));
+            }
+        };
+        // SAFETY: the allocation's memory satisfies the buffer's requirements (gpu-allocator
+        // allocated it for them) at its offset; the buffer is bound once.
+        let bound =
+            unsafe { d.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+        if let Err(r) = bound {
+            // SAFETY: made above and not in use; the allocation is freed right after.
+            unsafe { d.destroy_buffer(buffer, None) };
+            if let Err(e) = lock(&s.gpu).free(allocation) {
+                log::error!("runcache: gpu-allocator could not free an allocation: {e}");
+            }
+            return Err(VulkanError::from_vk("vkBindBufferMemory", r, requested));
+        }
+        Ok((buffer, allocation, requirements.alignment.max(1)))
+    }
+
+    /// Makes `buffer` (small, reserved, not yet backed) a free slot of its size class, adding
+    /// a block to the class when it has none free.
+    pub(super) fn take_slot(&self, buffer: &mut DeviceBuffer) -> Result<(), VulkanError> {
+        let s = &self.shared;
+        let (class, slot_size) = slab_class(buffer.size);
+        let mut slabs = lock(&s.slabs);
+        let (block, slot) = match slabs.free[class].pop() {
+            Some(free) => free,
+            None => {
+                let block =
+                    u32::try_from(slabs.blocks.len()).map_err(|_| VulkanError::TooManyBlocks)?;
+                slabs.blocks.push(self.new_block(buffer.size)?);
+                let slots = (SLAB_BLOCK / slot_size) as u32;
+                // Hand slots out from the front of the block: pushed in reverse, popped first.
+                slabs.free[class].extend((1..slots).rev().map(|i| (block, i)));
+                (block, 0)
+            }
+        };
+        let b = &slabs.blocks[block as usize];
+        let (memory, memory_offset, mapped) = placement(&b.allocation);
+        let offset = u64::from(slot) * slot_size;
+        buffer.buffer = b.buffer;
+        buffer.offset = offset;
+        buffer.slot = Some(SlotId { class, block, slot });
+        buffer.memory = memory;
+        buffer.memory_offset = memory_offset + offset;
+        buffer.mapped = if mapped == 0 {
+            0
+        } else {
+            mapped + offset as usize
+        };
+        buffer.align = slot_size;
+        Ok(())
+    }
+
+    /// A new 4 MiB block buffer for small buffers, bound to a sub-allocation of its own.
+    /// `requested` is the size of the request that needed it (for errors).
+    pub(super) fn new_block(&self, requested: u64) -> Result<SlabBlock, VulkanError> {
+        let (buffer, allocation, _) =
+            self.bound_buffer(SLAB_BLOCK, false, "runcache small-buffer block", requested)?;
+        Ok(SlabBlock { buffer, allocation })
+    }
+
+    /// A device-local buffer holding `bytes`.
+    ///
+    /// # Errors
+    /// As [`allocate`](Self::allocate) and [`write`](Self::write).
+    pub fn upload(&self, bytes: &[u8]) -> Result<DeviceBuffer, VulkanError> {
+        let mut buffer = self.allocate(bytes.len() as u64)?;
+        self.write(&mut buffer, 0, bytes)?;
+        Ok(buffer)
+    }
+
+    /// [`upload`](Self::upload), wrapped as a [`ConstantBuffer`] for a GPU constant cache.
+    ///
+    /// # Errors
+    /// As [`upload`](Self::upload).
+    pub fn upload_constant(&self, bytes: &[u8]) -> Result<ConstantBuffer, VulkanError> {
+        Ok(ConstantBuffer::from_device_memory(self.upload(bytes)?))
+    }
+
+    /// Writes `bytes` at `offset` into a buffer nobody else uses yet (`&mut`): by mapping when
+    /// the memory is host-visible and coherent, else through a staging slot, a copy and a
+    /// fence. When it returns, the data is on the device.
+    ///
+    /// # Errors
+    /// [`VulkanError::OutOfRange`], [`VulkanError::NotFromThisAllocator`], or a staging or
+    /// transfer error.
+    pub fn write(
+        &self,
+        buffer: &mut DeviceBuffer,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), VulkanError> {
+        self.check(buffer, offset, bytes.len() as u64)?;
+        if let Some(dst) = self.mapped(buffer) {
+            // SAFETY: `dst` maps the buffer's whole range (host-visible, coherent memory);
+            // `check` kept the write inside it; `&mut` means no one else reads it now.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(offset as usize), bytes.len())
+            };
+            return Ok(());
+        }
+        let slot = self.staging()?;
+        let staging = slot.as_ref().expect("filled by `staging`");
+        for (i, chunk) in bytes.chunks(staging.size as usize).enumerate() {
+            let at = offset + i as u64 * staging.size;
+            // SAFETY: the staging buffer is mapped, at least `chunk.len()` bytes long, and
+            // idle (its last transfer was waited for).
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), staging.mapped, chunk.len()) };
+            let region = vk::BufferCopy {
+                src_offset: 0,
+                dst_offset: at,
+                size: chunk.len() as u64,
+            };
+            // Make the copy visible to whatever the application runs next.
+            staging.copy(
+                (staging.buffer, buffer.buffer),
+                vk::BufferCopy {
+                    dst_offset: buffer.offset + region.dst_offset,
+                    ..region
+                },
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
+            )?;
+        }
+        drop(slot);
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` out of a buffer (for checks and debugging; a runtime
+    /// reads its constants on the device).
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn read(
+        &self,
+        buffer: &DeviceBuffer,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, VulkanError> {
+        self.check(buffer, offset, len)?;
+        let mut out = vec![0u8; len as usize];
+        if let Some(src) = self.mapped(buffer) {
+            // SAFETY: as in `write`; reading only, and the caller does not let the device
+            // write this buffer meanwhile (constants are read-only on the device).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.add(offset as usize), out.as_mut_ptr(), out.len())
+            };
+            return Ok(out);
+        }
+        let slot = self.staging()?;
+        let staging = slot.as_ref().expect("filled by `staging`");
+        for (i, chunk) in out.chunks_mut(staging.size as usize).enumerate() {
+            let at = offset + i as u64 * staging.size;
+            let region = vk::BufferCopy {
+                src_offset: at,
+                dst_offset: 0,
+                size: chunk.len() as u64,
+            };
+            // Make the copy visible to the host read after the fence.
+            staging.copy(
+                (buffer.buffer, staging.buffer),
+                vk::BufferCopy {
+                    src_offset: buffer.offset + region.src_offset,
+                    ..region
+                },
+                vk::PipelineStageFlags::HOST,
+                vk::AccessFlags::HOST_READ,
+            )?;
+            // SAFETY: the transfer finished (fence) and the staging buffer holds `chunk.len()`
+            // bytes of it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(staging.mapped, chunk.as_mut_ptr(), chunk.len())
+            };
+        }
+        Ok(out)
+    }
+
+    /// Keeps `buffer` alive until `fence` signals, then lets it go (freeing it if this was the
+    /// last `Arc`). For a buffer evicted or removed from a cache while a submission that reads
+    /// it may still run. Retired buffers are checked at every [`allocate`](Self::allocate),
+    /// at [`collect_retired`](Self::collect_retired), and waited for when the allocator drops.
+    ///
+    /// The fence stays the caller's: it must stay valid (not destroyed or reset) until then.
+    pub fn retire_after(&self, fence: vk::Fence, buffer: Arc<ConstantBuffer>) {
+        self.retired.push((fence, buffer));
+    }
+
+    /// Lets go of every retired buffer whose fence has signalled; returns how many.
+    pub fn collect_retired(&self) -> usize {
+        let mut released = 0;
+        for _ in 0..self.retired.len() {
+            let Some((fence, buffer)) = self.retired.pop() else {
+                break;
+            };
+            // SAFETY: the fence is valid until the buffer is released (`retire_after`'s
+            // contract).
+            match unsafe { self.shared.ctx.device.get_fence_status(fence) } {
+                Ok(true) | Err(_) => {
+                    // Signalled, or the device is lost (then nothing runs any more).
+                    drop(buffer);
+                    released += 1;
+                }
+                Ok(false) => self.retired.push((fence, buffer)),
+            }
+        }
+        released
+    }
+
+    /// Buffers retired and not yet released.
+    pub fn retired_pending(&self) -> usize {
+        self.retired.len()
+    }
+
+    pub(super) fn check(
+        &self,
+        buffer: &DeviceBuffer,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), VulkanError> {
+        if !Arc::ptr_eq(&buffer.shared, &self.shared) {
+            return Err(VulkanError::NotFromThisAllocator);
+        }
+        if offset.checked_add(len).is_none_or(|end| end > buffer.size) {
+            return Err(VulkanError::OutOfRange {
+                offset,
+                len,
+                size: buffer.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// The host address of the buffer's first byte, if its memory is mapped and coherent and
+    /// mapping is allowed.
+    pub(super) fn mapped(&self, buffer: &DeviceBuffer) -> Option<*mut u8> {
+        if self.shared.force_staging || buffer.mapped == 0 {
+            return None;
+        }
+        Some(buffer.mapped as *mut u8)
+    }
+
+    /// A staging slot, made on first use.
+    pub(super) fn staging(
+        &self,
+    ) -> Result<crate::pool::PoolGuard<'_, Option<Staging>>, VulkanError> {
+        let mut slot = self
+            .shared
+            .staging
+            .reserve()
+            .map_err(|e| VulkanError::Staging { source: e })?;
+        if slot.is_none() {
+            *slot = Some(Staging::new(&self.shared.ctx, self.shared.staging_size)?);
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for VulkanAllocator {
+    fn drop(&mut self) {
+        // Wait for the fences of retired buffers, so none is freed while the device may use
+        // it; a lost device or a timeout gives up waiting (nothing more can be done).
+        while let Some((fence, buffer)) = self.retired.pop() {
+            // SAFETY: valid until released (`retire_after`'s contract).
+            let _ = unsafe {
+                self.shared.ctx.device.wait_for_fences(
+                    &[fence],
+                    true,
+                    FENCE_TIMEOUT.as_nanos() as u64,
+                )
+            };
+            drop(buffer);
+        }
+    }
+}
+
+impl fmt::Debug for VulkanAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VulkanAllocator")
+            .field("context", &self.shared.ctx)
+            .field("used_bytes", &self.used_bytes())
+            .field("retired_pending", &self.retired.len())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,112 @@
+//! [`DeviceBuffer`]: one device-local buffer, or one slot of a shared block buffer, freed
+//! through its allocator when dropped.
+
+use super::allocator::Shared;
+use super::lock;
+use super::slab::SlotId;
+use crate::constant::DeviceKind;
+use crate::constant::DeviceMemory;
+use crate::sync::Ordering;
+use ash::vk;
+use gpu_allocator::vulkan::Allocation;
+use std::fmt;
+use std::sync::Arc;
+
+/// A device-local Vulkan buffer made by a [`VulkanAllocator`]; freed when dropped.
+///
+/// **Contract:** the device must be done with the buffer before it drops. Hold its `Arc`
+/// (the cache's `Arc<ConstantBuffer>`) until every submission that reads it has completed, or
+/// hand it to [`VulkanAllocator::retire_after`] with that submission's fence.
+pub struct DeviceBuffer {
+    /// Its own buffer, or (for a slot) its block's, which it does not own.
+    pub(super) buffer: vk::Buffer,
+    /// Where the buffer's range starts inside `buffer` (0 unless it is a slot).
+    pub(super) offset: u64,
+    /// Its own allocation (`None` for a slot).
+    pub(super) allocation: Option<Allocation>,
+    pub(super) slot: Option<SlotId>,
+    pub(super) memory: vk::DeviceMemory,
+    /// Where the range starts inside `memory`.
+    pub(super) memory_offset: u64,
+    /// Host address of the range's first byte when mapped and coherent, else 0.
+    pub(super) mapped: usize,
+    pub(super) size: u64,
+    pub(super) align: u64,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl DeviceBuffer {
+    /// The `vk::Buffer` to bind in descriptor sets or copy from. A small buffer (up to
+    /// [`SLAB_MAX`]) shares it with others: use the range from [`offset`](Self::offset) for
+    /// [`size`](Self::size) bytes, never the whole buffer.
+    pub fn buffer(&self) -> vk::Buffer {
+        self.buffer
+    }
+
+    /// Where this buffer's bytes start inside [`buffer`](Self::buffer): 0 for a buffer of its
+    /// own, the slot's offset for a small one (a multiple of 256, so it can be bound as a
+    /// storage or uniform buffer offset on any device).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The size in bytes (as requested).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The device memory and the offset of this buffer's first byte in it.
+    pub fn memory(&self) -> (vk::DeviceMemory, u64) {
+        (self.memory, self.memory_offset)
+    }
+
+    /// Whether the buffer has a device allocation of its own (not sub-allocated).
+    pub fn is_dedicated(&self) -> bool {
+        self.allocation.as_ref().is_some_and(|a| a.is_dedicated())
+    }
+}
+
+impl DeviceMemory for DeviceBuffer {
+    fn size(&self) -> usize {
+        self.size as usize
+    }
+
+    fn align(&self) -> usize {
+        self.align as usize
+    }
+
+    fn device(&self) -> DeviceKind {
+        DeviceKind::Gpu
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        if let Some(SlotId { class, block, slot }) = self.slot {
+            // The device is done with the range (the type's contract): its slot is free again.
+            lock(&s.slabs).free[class].push((block, slot));
+        } else if self.buffer != vk::Buffer::null() {
+            // SAFETY: made on this device; the device is done with it (the type's contract).
+            unsafe { s.ctx.device.destroy_buffer(self.buffer, None) };
+        }
+        if let Some(a) = self.allocation.take() {
+            if let Err(e) = lock(&s.gpu).free(a) {
+                log::error!("runcache: gpu-allocator could not free a constant buffer: {e}");
+            }
+        }
+        // Relaxed: a byte budget (see `allocate`).
+        s.used.fetch_sub(self.size, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("buffer", &self.buffer)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .field("dedicated", &self.is_dedicated())
+            .finish()
+    }
+}
