@@ -1,0 +1,159 @@
+//! Room for a new entry: reserving its weight, evicting the policy's victims when it does
+//! not fit (a victim's weight passes straight to the newcomer), admitting a published entry
+//! to the policy, and capacity changes, whose shrinks evict in policy order (or in a caller's
+//! rank order) until the rest fits (I5).
+
+use super::counter::{Counter, StatsBlock};
+use super::node::{Node, View};
+use super::write::Take;
+use super::{RawCache, RemovalCause};
+use crate::policy::S3Fifo;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+
+impl<K, V, S> RawCache<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// Reserves `weight`; when it does not fit and the cache evicts, evicts by policy until
+    /// it does. An entry heavier than the whole capacity is refused without evicting anything.
+    ///
+    /// A victim's weight passes straight to the newcomer, as much of it as the newcomer still
+    /// needs: it never leaves the weighted size, so the size stays within the capacity, and an
+    /// eviction that makes room for an entry of the same weight writes the budget not at all
+    /// (rather than a release and a reservation, two compare-and-swaps on the cache's most
+    /// contended word).
+    pub(super) fn reserve(&self, weight: u64, stats: &StatsBlock) -> bool {
+        // Weight taken over from victims so far; it counts in the size like a reservation.
+        let mut held = 0;
+        loop {
+            // (A weight of 0 still asks the budget, which refuses everything at capacity 0.)
+            if (held > 0 && held == weight) || self.budget.try_reserve(weight - held) {
+                return true;
+            }
+            let Some(policy) = &self.policy else {
+                return false;
+            };
+            let capacity = self.budget.capacity();
+            let kept = if capacity == 0 || weight > capacity {
+                None
+            } else {
+                self.evict_one(policy, capacity, weight - held)
+            };
+            match kept {
+                Some(kept) => {
+                    held += kept;
+                    stats.bump(Counter::Eviction);
+                }
+                None => {
+                    self.budget.release(held);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Evicts the policy's next victim, keeping up to `keep` of its weight reserved for the
+    /// caller (the rest is released); returns the weight kept, or `None` when nothing is left
+    /// to evict (every entry is being built, say).
+    pub(super) fn evict_one(
+        &self,
+        policy: &S3Fifo<Arc<Node<K, V>>>,
+        capacity: u64,
+        keep: u64,
+    ) -> Option<u64> {
+        let pin = self.pin();
+        while let Some(node) = policy.victim(capacity) {
+            let shard = self.shard(node.hash);
+            let kept = keep.min(node.weight());
+            let how = Take::node(RemovalCause::Capacity).keeping(kept);
+            if let Some((weight, _)) = self.take_if(&node, shard, &pin.guard, how, |_| true) {
+                self.retired(&pin, weight, capacity);
+                return Some(kept);
+            }
+        }
+        None
+    }
+
+    /// Hands a node whose value was just published to the policy.
+    pub(super) fn admit(&self, node: Arc<Node<K, V>>) {
+        if let Some(policy) = &self.policy {
+            let (size, capacity) = self.budget.snapshot();
+            policy.admit(node, size >= capacity / 2, || self.len());
+        }
+    }
+
+    /// Changes the capacity; a shrink evicts in policy order (or, without a policy, in table
+    /// order) until the rest fits: never a full flush.
+    pub(crate) fn set_capacity(&self, capacity: u64) {
+        self.shrink(capacity, |target| match &self.policy {
+            Some(policy) => {
+                let mut n = 0;
+                while self.budget.size() > target && self.evict_one(policy, target, 0).is_some() {
+                    n += 1;
+                }
+                n
+            }
+            None => self.remove_while(RemovalCause::Capacity, || self.budget.size() > target),
+        });
+    }
+
+    /// Changes the capacity; a shrink removes cached entries in ascending `rank` order.
+    pub(crate) fn set_capacity_ranked<R: Ord>(
+        &self,
+        capacity: u64,
+        mut rank: impl FnMut(&K, &V) -> R,
+    ) {
+        self.shrink(capacity, |target| {
+            let pin = self.pin();
+            let mut ranked = Vec::new();
+            for shard in self.shards.iter() {
+                for node in shard.walk(&pin.guard) {
+                    if let View::Ready { node, value } = node.view(&pin.guard) {
+                        ranked.push((rank(node.key(), value), node, &**shard));
+                    }
+                }
+            }
+            ranked.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut removed = 0;
+            for (_, node, shard) in ranked {
+                if self.budget.size() <= target {
+                    break;
+                }
+                let taken = self
+                    .take_if(
+                        node,
+                        shard,
+                        &pin.guard,
+                        Take::node(RemovalCause::Capacity),
+                        |_| true,
+                    )
+                    .is_some();
+                removed += usize::from(taken);
+            }
+            if removed > 0 {
+                self.domain.pending().hand_over(&pin.guard);
+            }
+            removed
+        });
+    }
+
+    /// The shared part of a capacity change; `evict(target)` removes entries and says how
+    /// many.
+    pub(super) fn shrink(&self, capacity: u64, mut evict: impl FnMut(u64) -> usize) {
+        let stats = self.pin().stats;
+        self.budget.set_capacity(capacity, || {
+            let n = evict(capacity);
+            stats.bump_by(Counter::Eviction, n as u64);
+            n > 0
+        });
+        if capacity == 0 {
+            // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
+            // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
+            let n = self.remove_while(RemovalCause::Capacity, || true);
+            stats.bump_by(Counter::Eviction, n as u64);
+        }
+    }
+}

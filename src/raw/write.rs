@@ -1,0 +1,381 @@
+//! Writes: insert and replace (a replacement forwards the old node to the new one in one CAS),
+//! removal by key, and [`take_if`](RawCache::take_if), the one place a value leaves a node,
+//! whoever takes it (remove, evict, clear, retain). Also where retired values are handed to
+//! the epoch collector (I5, I6).
+
+use super::counter::Counter;
+use super::node::{self, arc_of, forward_to, hold, value_of, Node, View};
+use super::table::Shard;
+use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
+use crate::sync::Ordering;
+use crossbeam_epoch::Guard;
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+
+/// The share of the capacity (one part in `HAND_OVER`) that a thread's retired values
+/// (removed, replaced or evicted) may weigh before it hands them to the collector (see
+/// `RawCache::retired`).
+const HAND_OVER: u64 = 64;
+
+impl<K, V, S> RawCache<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// Inserts or replaces; refuses (handing both back) when the weight does not fit.
+    ///
+    /// A replacement is a new node: the old node's value cell is swapped, in one CAS, from
+    /// its value to a forward to the new node, which makes the old value this call's alone
+    /// (a remover racing it fails its own CAS and follows the forward). It reserves only what
+    /// the new weight adds to the old one: the part they share passes from the old node to
+    /// the new one with that CAS (I5). The slot is then swung to the new node (`locate`
+    /// swings any forwarded slot it meets).
+    pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, Refused<K, V>> {
+        let weight = self.weigh(&key, &value);
+        let hash = self.hash(&key);
+        let shard = self.shard(hash);
+        let mut value = Some(Arc::new(value));
+        let mut key = Some(key);
+        loop {
+            let pin = self.pin_for(shard, hash);
+            let q = key
+                .as_ref()
+                .expect("the key is back in hand at every retry");
+            let pos = shard.locate(hash, |k| k == q, &pin.guard);
+            let Some(node) = pos.found else {
+                if !self.reserve(weight, pin.stats) {
+                    return Err(self.refuse(&pin, key, value, weight));
+                }
+                let node =
+                    Arc::into_raw(Arc::new(self.node_with(hash, &mut key, &mut value, weight)));
+                // Relaxed: a size statistic (counted before a remover can uncount it).
+                shard.live.fetch_add(1, Ordering::Relaxed);
+                if shard.link(&pos, node, &pin.guard) {
+                    // SAFETY: linked, so the table holds a count and the node is alive; the
+                    // policy's queue takes one more (I1).
+                    self.admit(unsafe { hold(&*node) });
+                    return Ok(None);
+                }
+                shard.live.fetch_sub(1, Ordering::Relaxed);
+                self.budget.release(weight);
+                // SAFETY: the link failed, so the node was never shared.
+                let (k, v) = unsafe { into_parts(node) };
+                (key, value) = (Some(k), v);
+                continue;
+            };
+            match node.view(&pin.guard) {
+                View::Ready {
+                    node: current,
+                    value: old,
+                } => {
+                    // A value cell's word is the value's `Arc::into_raw` pointer; if the cell
+                    // has changed since `view` read it, the CAS below fails and we retry.
+                    let cell = old as *const V as usize;
+                    let shared = weight.min(current.acquired_weight());
+                    if !self.reserve(weight - shared, pin.stats) {
+                        return Err(self.refuse(&pin, key, value, weight));
+                    }
+                    let new = Arc::new(self.node_with(hash, &mut key, &mut value, weight));
+                    let forward = forward_to(Arc::clone(&new));
+                    match current.swap_cell(cell, forward) {
+                        Ok(()) => {
+                            // SAFETY: our CAS took the old value out of the cell; `shared` of
+                            // its weight now belongs to the new node (I5, I6).
+                            let old =
+                                unsafe { self.retire_value(current, cell, shared, &pin.guard) };
+                            // Swing the slot to the new node.
+                            let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
+                            self.notify(new.key(), &old, RemovalCause::Replaced);
+                            self.admit(new);
+                            let capacity = self.budget.capacity();
+                            self.retired(&pin, current.acquired_weight(), capacity);
+                            return Ok(Some(old));
+                        }
+                        Err(_) => {
+                            self.budget.release(weight - shared);
+                            // SAFETY: the cell did not take the count `forward` carries.
+                            drop(unsafe { Arc::from_raw(node::unforward::<K, V>(forward)) });
+                            let (k, v) = Arc::try_unwrap(new)
+                                .unwrap_or_else(|_| {
+                                    unreachable!("a node never shared has one count")
+                                })
+                                .into_parts();
+                            (key, value) = (Some(k), v);
+                        }
+                    }
+                }
+                View::Loading => {
+                    let held = hold(node);
+                    drop(pin);
+                    held.slot.wait();
+                }
+                View::Dead => {}
+            }
+        }
+    }
+
+    /// A `READY` node for an insert, taking the key and value out of their holders.
+    pub(super) fn node_with(
+        &self,
+        hash: u64,
+        key: &mut Option<K>,
+        value: &mut Option<Arc<V>>,
+        weight: u64,
+    ) -> Node<K, V> {
+        let k = key.take().expect("the key is in hand");
+        let v = value.take().expect("the value is in hand");
+        Node::new(hash, k, Some((v, weight)), 0)
+    }
+
+    /// Builds the refusal of an insert, handing the key and the value back.
+    #[cold]
+    pub(super) fn refuse(
+        &self,
+        pin: &Pin<'_>,
+        key: Option<K>,
+        value: Option<Arc<V>>,
+        weight: u64,
+    ) -> Refused<K, V> {
+        pin.stats.bump(Counter::Rejection);
+        let value = Arc::try_unwrap(value.expect("the value is in hand when refusing"))
+            .unwrap_or_else(|_| unreachable!("an insert's value is never shared before it lands"));
+        Refused {
+            key: key.expect("the key is in hand when refusing"),
+            value,
+            weight,
+            capacity: self.budget.capacity(),
+        }
+    }
+
+    /// Releases the weight of a value just swapped out of `node`'s cell (less `kept`, which
+    /// passed to its replacement), defers the release of the cell's count, and returns the
+    /// value.
+    ///
+    /// # Safety
+    /// - `cell` held a value and the caller's own CAS took it out of `node`'s cell, so no
+    ///   other thread releases or retires it.
+    pub(super) unsafe fn retire_value(
+        &self,
+        node: &Node<K, V>,
+        cell: usize,
+        kept: u64,
+        guard: &Guard,
+    ) -> Arc<V> {
+        let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
+        // The CAS that took the value acquired its publication, weight included.
+        self.budget.release(node.acquired_weight() - kept);
+        // SAFETY: the caller's contract.
+        unsafe { self.defer_value(cell as *const V, guard) };
+        value
+    }
+
+    /// Releases a value's count once the readers pinned now have unpinned.
+    ///
+    /// # Safety
+    /// - `raw` is a count from `Arc::into_raw` that the caller owns, taken out of a cell by
+    ///   the caller's own CAS (so no new reader can load it), released nowhere else.
+    pub(super) unsafe fn defer_value(&self, raw: *const V, guard: &Guard) {
+        // SAFETY: current readers are pinned, and the collector runs the closure once, after
+        // the last of them unpins.
+        unsafe {
+            self.domain
+                .pending()
+                .defer(guard, move || drop(Arc::from_raw(raw)))
+        };
+    }
+
+    /// Notes that this thread retired a value of `weight` (removed, replaced or evicted), and
+    /// hands its retirements (its batch, then its epoch bag: `Pending::hand_over`) to the
+    /// collector when that is due: at once for a value weighing
+    /// [`1/HAND_OVER`](HAND_OVER) of the capacity (at least 1) or more, else once the values
+    /// retired since the last hand-over weigh that much and number at least eight (see
+    /// `StatsBlock::hand_over_due`).
+    ///
+    /// A value retired into a bag reaches the collector only when the bag fills (64 batches
+    /// of 32 retirements) or is flushed; until then a thread that stops using the cache keeps
+    /// it alive, however long. Flushing after every removal bounded that to nothing but cost a
+    /// sealed ~2 KB bag (an allocation and two copies) per removal, 41% of the instructions
+    /// of conc-map-bench's rapid-grow mix; evictions, which happen on every miss of a full
+    /// cache, never flushed, and could leave a heavy value waiting. Pacing by weight keeps
+    /// what may wait on a quiet thread proportionate: heavy values (a buffer weighed in
+    /// bytes) are handed over at once, light ones in batches, so what waits is either under
+    /// a sixty-fourth of the cache by weight or fewer than eight light values (under an
+    /// eighth). The floor of eight keeps a small cache of light entries (187 by count: a
+    /// sixty-fourth is two) from sealing a bag every other miss.
+    ///
+    /// `capacity` is the budget's, as the caller last read it (an evictor has it in hand, so
+    /// the budget's contended line is not read again per eviction).
+    #[inline]
+    pub(super) fn retired(&self, pin: &Pin<'_>, weight: u64, capacity: u64) {
+        let due = (capacity / HAND_OVER).max(1);
+        if pin.stats.hand_over_due(weight, due) {
+            self.domain.pending().hand_over(&pin.guard);
+        }
+    }
+
+    /// Tells the listener, if any, that `value` left the cache. It runs after the cache is
+    /// consistent again, holding nothing another thread waits for.
+    pub(super) fn notify(&self, key: &K, value: &Arc<V>, cause: RemovalCause) {
+        if let Some(listener) = &self.listener {
+            listener(key, value, cause);
+        }
+    }
+
+    /// Removes a live node's value, if `pred` accepts the value cached at that moment, and
+    /// unlinks the node; `how` says why and what to do around it ([`Take`]). `None` if
+    /// nothing was taken: `pred` refused, or someone else removed or replaced the value first
+    /// (the eviction policy's victim is that node, not its replacement, unless `how` follows).
+    ///
+    /// Else the weight the value held (`how.kept` included), and the value, as an `Arc` of its
+    /// own, if `how` hands it back. A caller that only evicts does not, and when no listener
+    /// needs it either, no reference count of the value is written here.
+    ///
+    /// The value goes to this thread's batch of retirements, then its epoch bag, which reach
+    /// the collector only when the bag fills or they are handed over: see
+    /// [`retired`](Self::retired) for when a removal or an eviction hands them over.
+    pub(super) fn take_if(
+        &self,
+        node: &Node<K, V>,
+        shard: &Shard<K, V>,
+        guard: &Guard,
+        how: Take,
+        pred: impl Fn(&Arc<V>) -> bool,
+    ) -> Option<(u64, Option<Arc<V>>)> {
+        let Take {
+            cause,
+            follow,
+            kept,
+            hand_back,
+        } = how;
+        let mut node = node;
+        let mut cell = node.cell();
+        loop {
+            if let Some(next) = node.forwarded_by(cell) {
+                if !follow {
+                    return None;
+                }
+                node = next;
+                cell = node.cell();
+                continue;
+            }
+            let value = value_of::<V>(cell)?;
+            // SAFETY: the cell's count stays where it is; this only lends `pred` the value
+            // as an `Arc` (never dropped here), alive under `guard` (I6).
+            let lent = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(value as *const V) });
+            if !pred(&lent) {
+                return None;
+            }
+            // The CAS fails if a replacement or another removal got there first.
+            match node.swap_cell(cell, 0) {
+                Ok(()) => break,
+                Err(now) => cell = now,
+            }
+        }
+        // Relaxed: a size statistic.
+        shard.live.fetch_sub(1, Ordering::Relaxed);
+        let value = (hand_back || self.listener.is_some())
+            .then(|| arc_of(value_of::<V>(cell).expect("a value was taken out of the cell")));
+        // The CAS that took the value acquired its publication, weight included.
+        let weight = node.acquired_weight();
+        self.budget.release(weight - kept);
+        let raw = cell as *const V;
+        // Unless a builder still holds the node (`LOADING`: its value was published and
+        // taken before the builder finished; such a node stays linked, dead, until its key
+        // comes back or its table migrates), unlink it, retiring the value's count with it.
+        let alone = if node.is_live(guard) {
+            Some(raw)
+        } else {
+            // SAFETY: our CAS took the value out of the cell: no new reader can load it, and
+            // its count is ours to retire, once.
+            unsafe { shard.unlink_with(node, Some(raw), guard) }
+        };
+        if let Some(raw) = alone {
+            // SAFETY: as above; the node was not unlinked here, so the value goes alone.
+            unsafe { self.defer_value(raw, guard) };
+        }
+        if let Some(value) = &value {
+            self.notify(node.key(), value, cause);
+        }
+        Some((weight, value))
+    }
+
+    /// Removes the value for `key` if `pred` accepts it.
+    pub(crate) fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&Arc<V>) -> bool) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
+        let pin = self.pin_for(shard, hash);
+        let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
+        let removed = self.take_if(
+            node,
+            shard,
+            &pin.guard,
+            Take::key(RemovalCause::Removed).handing_back(),
+            pred,
+        )?;
+        pin.stats.bump(Counter::Removal);
+        self.retired(&pin, removed.0, self.budget.capacity());
+        Some(removed.1.expect("a removal by key hands the value back"))
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove_if(key, |_| true)
+    }
+}
+
+/// How [`RawCache::take_if`] takes a value out of a node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Take {
+    /// Why, as the listener hears it.
+    cause: RemovalCause,
+    /// Whether a replaced node's replacement is taken instead (a removal by key), or nothing
+    /// (a removal of the node met: the policy's victim, a walk's entry).
+    follow: bool,
+    /// Weight (at most the node's) that stays reserved for the caller instead of being
+    /// released: an evictor passes it to the entry it makes room for (I5).
+    kept: u64,
+    /// Whether the caller wants the value back as an `Arc` of its own.
+    hand_back: bool,
+}
+
+impl Take {
+    /// The value of this very node, for `cause`: not its replacement, if it was replaced.
+    pub(super) fn node(cause: RemovalCause) -> Self {
+        Self {
+            cause,
+            follow: false,
+            kept: 0,
+            hand_back: false,
+        }
+    }
+
+    /// The value cached for the node's key, for `cause`: its replacement's, if it was replaced.
+    pub(super) fn key(cause: RemovalCause) -> Self {
+        Self {
+            follow: true,
+            ..Self::node(cause)
+        }
+    }
+
+    /// Keeps `kept` of the value's weight reserved for the caller.
+    pub(super) fn keeping(self, kept: u64) -> Self {
+        Self { kept, ..self }
+    }
+
+    /// Hands the value back to the caller.
+    pub(super) fn handing_back(self) -> Self {
+        Self {
+            hand_back: true,
+            ..self
+        }
+    }
+}
