@@ -1,5 +1,7 @@
 //! The safe facade: [`Cache`], its builder, and the pinned read handle.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{ConfigError, InsertError};
 use crate::raw::{counter::Counter, Listener, Pin, RawCache, Served, Weigher};
 pub use crate::raw::{RemovalCause, MAX_SHARDS};

@@ -138,6 +138,9 @@
 //! [atomic-wait]: https://docs.rs/atomic-wait
 
 #![deny(unsafe_op_in_unsafe_fn)]
+// Unsafe code only where a module says so (`#![allow(unsafe_code)]`: the engine, and the
+// layers' own unsafe parts); every other module forbids it.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cache;

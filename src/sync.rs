@@ -25,6 +25,8 @@
 //!   Vulkan layer's, on its cold paths (driver objects that Vulkan requires to be externally
 //!   synchronized; see `docs/DESIGN.md`).
 
+#![forbid(unsafe_code)]
+
 #[cfg(not(runcache_loom))]
 mod imp {
     pub(crate) use std::sync::atomic::fence;

@@ -2,6 +2,8 @@
 //! malloc/free pair per device, as a trait object), the host allocator, [`Allocation`], which
 //! frees itself through the allocator that made it, and [`AllocError`].
 
+#![allow(unsafe_code)]
+
 use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;

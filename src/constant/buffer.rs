@@ -1,9 +1,11 @@
 //! [`ConstantBuffer`]: a processed constant tensor's memory.
 
+#![forbid(unsafe_code)]
+
 use super::alloc::{AllocError, Allocation, BufferAllocator, DeviceKind, HostAllocator};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Byte counters shared by a constant cache and the buffers it handed out.
@@ -180,7 +182,8 @@ impl ConstantBuffer {
 impl Drop for ConstantBuffer {
     fn drop(&mut self) {
         if let Some(ledger) = self.ledger.get() {
-            if *self.outside.get_mut() {
+            // Relaxed: `&mut self`, so no other thread touches the flag any more.
+            if self.outside.load(Ordering::Relaxed) {
                 // Relaxed: a byte statistic.
                 ledger
                     .pinned

@@ -5,6 +5,8 @@
 //! fields still apply. Nothing is reinterpreted: an unknown kind is not taken for a GPU, `-1`
 //! is not "unlimited", and `10GB` is not 10.
 
+#![forbid(unsafe_code)]
+
 use super::alloc::DeviceKind;
 use std::fmt;
 

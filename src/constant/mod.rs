@@ -42,6 +42,9 @@
 //! assert_eq!(weights.size(), 4096);
 //! ```
 
+// No unsafe code here; the crate-wide `deny(unsafe_code)` holds, and only the child module
+// that needs unsafe allows it (a `forbid` here would bind the children too).
+
 mod alloc;
 mod buffer;
 mod config;
@@ -53,10 +56,10 @@ pub use config::{
     ParsedCapacity, MAX_CAPACITY_MB,
 };
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::{Cache, Source, Stats};
 use buffer::Ledger;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The environment variable read by the process-wide caches.

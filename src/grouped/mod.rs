@@ -34,6 +34,8 @@
 //! assert!(blobs.get(&7, &vec![1, 384], "conv1_weights").is_some());
 //! ```
 
+#![forbid(unsafe_code)]
+
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 use crate::{Cache, Source, WhenFull};
 use crossbeam_queue::SegQueue;

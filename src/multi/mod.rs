@@ -36,6 +36,9 @@
 //! assert_eq!(cache.type_count(), 2);
 //! ```
 
+// No unsafe code here; the crate-wide `deny(unsafe_code)` holds, and only the child module
+// that needs unsafe allows it (a `forbid` here would bind the children too).
+
 mod typemap;
 
 use crate::{Cache, Lookup, Source};

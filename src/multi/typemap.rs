@@ -11,6 +11,8 @@
 //! - **T2.** Each `TypeId` is linked at most once: an insert links only after finding the key
 //!   absent, with a CAS on the bucket head that fails if the bucket changed since.
 
+#![allow(unsafe_code)]
+
 use crate::sync::{AtomicPtr, Ordering};
 use std::any::TypeId;
 

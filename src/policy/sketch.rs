@@ -15,6 +15,8 @@
 //! (`docs/DESIGN.md`). Nothing here is on the hit path: hits are counted in the entry itself
 //! and added here when the policy visits the entry.
 
+#![forbid(unsafe_code)]
+
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// The largest value of a counter.

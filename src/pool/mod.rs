@@ -32,6 +32,9 @@
 //! assert_eq!(pools.stats().reuses, 1);
 //! ```
 
+// No unsafe code here; the crate-wide `deny(unsafe_code)` holds, and only the child module
+// that needs unsafe allows it (a `forbid` here would bind the children too).
+
 mod error;
 mod slots;
 

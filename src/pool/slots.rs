@@ -11,6 +11,8 @@
 //!   and the CAS that would use the stale value fails (no ABA).
 //! - **P3.** A push publishes the slot's contents (Release) to the next popper (Acquire).
 
+#![allow(unsafe_code)]
+
 use crate::sync::{
     fence, thread, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue,
     UnsafeCell,

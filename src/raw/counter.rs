@@ -16,6 +16,8 @@
 //! a plain load and store, which is exact because it is the only writer; readers add the blocks
 //! up. A lookup therefore writes only a line that no other thread writes.
 
+#![allow(unsafe_code)]
+
 use crate::sync::{yield_now, AtomicPair, AtomicPtr, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 

@@ -22,11 +22,13 @@
 //! destructor running inside a pin), the caller registers a temporary handle and uses the
 //! cache's shared statistics block: slower, never wrong.
 
+#![allow(unsafe_code)]
+
 use super::counter::{StatsBlock, StatsRegistry};
+use crate::sync::{AtomicU64, Ordering};
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Rounds in a row without progress after which [`Domain::reclaim`] gives up: an item retired
@@ -252,8 +254,9 @@ impl Drop for Batch {
 /// The calling thread's batch for one cache: empty between batches.
 type BatchSlot = Cell<Option<Box<Batch>>>;
 
-/// Ids of caches and of threads; never reused.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Ids of caches and of threads; never reused. A std atomic on purpose: a `static` needs a
+/// `const` constructor, which loom's atomics lack, and an id orders nothing.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn next_id() -> u64 {
     // Relaxed: only uniqueness matters.

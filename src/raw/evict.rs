@@ -3,6 +3,8 @@
 //! to the policy, and capacity changes, whose shrinks evict in policy order (or in a caller's
 //! rank order) until the rest fits (I5).
 
+#![forbid(unsafe_code)]
+
 use super::counter::{Counter, StatsBlock};
 use super::node::{Node, View};
 use super::write::Take;

@@ -4,6 +4,8 @@
 //! error. A builder that unwinds ends its attempt `DEAD` with no outcome, and one waiter takes
 //! the build over (I3, I4).
 
+#![allow(unsafe_code)]
+
 use super::counter::Counter;
 use super::epoch;
 use super::node::{arc_of, hold, Node, Outcome, View};

@@ -47,6 +47,8 @@
 //!   the collector before that thread's handle drops); the live contents are dropped by the
 //!   cache's own `Drop`, once, when the cache drops.
 
+#![allow(unsafe_code)]
+
 pub(crate) mod counter;
 pub(crate) mod epoch;
 mod evict;

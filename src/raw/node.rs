@@ -3,6 +3,8 @@
 //! Nodes are allocated as `Arc<Node>`. Each table that points at a node holds one strong
 //! count of it (**I1**); builders, parked waiters and the eviction queues hold their own.
 
+#![allow(unsafe_code)]
+
 use super::slot::{Slot, LOADING, READY};
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]

@@ -14,6 +14,8 @@
 //!
 //! `WAITERS` is an independent bit that is set only while the state is `LOADING`.
 
+#![forbid(unsafe_code)]
+
 use crate::sync::{wait, wake_all, AtomicU32, Ordering};
 
 /// Bit set by a caller that is about to park on a `LOADING` slot.

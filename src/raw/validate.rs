@@ -1,6 +1,8 @@
 //! The consistency check of a quiet cache that the tests and the fuzz targets run between
 //! operations, and the table counters the growth tests read.
 
+#![forbid(unsafe_code)]
+
 use super::node::{Node, View};
 use super::RawCache;
 use crate::sync::Ordering;

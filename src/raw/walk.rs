@@ -2,6 +2,8 @@
 //! rejecting cache's shrink. Each shard is walked as [`Shard::walk`](super::table::Shard::walk) describes, so an entry
 //! cached throughout is met exactly once (H1, H2).
 
+#![forbid(unsafe_code)]
+
 use super::counter::Counter;
 use super::node::View;
 use super::write::Take;

@@ -15,6 +15,8 @@
 //! The word keeps the pointer's provenance (`AtomicPtr`, `map_addr`): the tag and state bits
 //! are cleared before any dereference.
 
+#![allow(unsafe_code)]
+
 use crate::sync::{AtomicPtr, Ordering};
 use crossbeam_epoch::Guard;
 use std::marker::PhantomData;

@@ -3,6 +3,8 @@
 //! whoever takes it (remove, evict, clear, retain). Also where retired values are handed to
 //! the epoch collector (I5, I6).
 
+#![allow(unsafe_code)]
+
 use super::counter::Counter;
 use super::node::{self, arc_of, forward_to, hold, value_of, Node, View};
 use super::table::Shard;

@@ -3,6 +3,8 @@
 //! filled by mapping or through a staging slot, with a soft limit and retirement after a
 //! fence.
 
+#![allow(unsafe_code)]
+
 use super::buffer::DeviceBuffer;
 use super::context::{VulkanContext, FENCE_TIMEOUT};
 use super::error::VulkanError;

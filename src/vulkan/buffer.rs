@@ -1,6 +1,8 @@
 //! [`DeviceBuffer`]: one device-local buffer, or one slot of a shared block buffer, freed
 //! through its allocator when dropped.
 
+#![allow(unsafe_code)]
+
 use super::allocator::Shared;
 use super::lock;
 use super::slab::SlotId;

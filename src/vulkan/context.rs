@@ -2,6 +2,8 @@
 //! application's own (borrowed, never destroyed) or made by [`VulkanContext::builder`], with
 //! validation-layer messages counted when validation is on.
 
+#![allow(unsafe_code)]
+
 use super::error::{VulkanError, WrappedError};
 use super::lock;
 use crate::sync::{AtomicU64, Ordering};

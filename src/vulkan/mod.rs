@@ -66,6 +66,9 @@
 //!
 //! [gpu-allocator]: https://crates.io/crates/gpu-allocator
 
+// No unsafe code here; the crate-wide `deny(unsafe_code)` holds, and only the child module
+// that needs unsafe allows it (a `forbid` here would bind the children too).
+
 mod allocator;
 mod buffer;
 mod context;

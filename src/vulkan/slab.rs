@@ -2,6 +2,8 @@
 //! cut into equal slots, so that making a small buffer is a pop from a free list with no
 //! driver call.
 
+#![allow(unsafe_code)]
+
 use ash::vk;
 use gpu_allocator::vulkan::Allocation;
 

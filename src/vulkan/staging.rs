@@ -2,6 +2,8 @@
 //! and fence, recycled through a [`PoolManager`](crate::pool::PoolManager), through which
 //! uploads and read-backs reach device-local memory that the host cannot map.
 
+#![allow(unsafe_code)]
+
 use super::context::{VulkanContext, FENCE_TIMEOUT};
 use super::error::VulkanError;
 use ash::vk;

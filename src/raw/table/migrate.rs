@@ -3,6 +3,8 @@
 //! chunks, and the thread whose CAS moves the shard's root past the old table retires it
 //! (H2, H4).
 
+#![allow(unsafe_code)]
+
 use super::*;
 
 impl<K: Eq, V> Shard<K, V> {

@@ -50,6 +50,8 @@
 //! it, after every slot is moved. A table's migration starts only when it is the root, so
 //! there are at most two tables in flight.
 
+#![allow(unsafe_code)]
+
 mod migrate;
 mod walk;
 

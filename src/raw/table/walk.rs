@@ -2,6 +2,8 @@
 //! and `validate` for the consistency check of a quiet cache, and the counters the growth
 //! tests read.
 
+#![allow(unsafe_code)]
+
 use super::*;
 
 impl<K: Eq, V> Shard<K, V> {

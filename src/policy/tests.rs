@@ -1,0 +1,211 @@
+//! The policy's unit tests: queue moves, the admission duel, the ghost, and the frequency
+//! marks, against small hand-built entries.
+
+#![forbid(unsafe_code)]
+
+use super::*;
+// A std atomic on purpose: the tests run only outside the loom models.
+use std::sync::atomic::AtomicBool as StdBool;
+use std::sync::Arc;
+
+struct Entry {
+    hash: u64,
+    meta: EntryMeta,
+    cached: StdBool,
+}
+
+/// Every test entry weighs 1.
+const WEIGHT: u64 = 1;
+
+impl Queued for Arc<Entry> {
+    fn meta(&self) -> &EntryMeta {
+        &self.meta
+    }
+    fn weight(&self) -> u64 {
+        WEIGHT
+    }
+    fn hash(&self) -> u64 {
+        self.hash
+    }
+    fn is_cached(&self) -> bool {
+        self.cached.load(Ordering::Relaxed)
+    }
+    fn id(&self) -> usize {
+        Arc::as_ptr(self) as usize
+    }
+}
+
+fn entry(hash: u64) -> Arc<Entry> {
+    Arc::new(Entry {
+        hash,
+        meta: EntryMeta::new(),
+        cached: StdBool::new(true),
+    })
+}
+
+#[test]
+fn one_hit_wonders_leave_first_and_hit_entries_are_promoted() {
+    let p = S3Fifo::new(64);
+    let hot = entry(1);
+    p.admit(hot.clone(), true, || 1);
+    hot.meta.touch();
+    for h in 2..10 {
+        p.admit(entry(h), true, || 1);
+    }
+    // Capacity 10: the small queue is "heavy", so victims come from it, in FIFO order,
+    // skipping (and promoting, the main queue having room) the entry that was hit.
+    let v = p.victim(10).unwrap();
+    assert_eq!(v.hash, 2);
+    assert_eq!(p.main.len(), 1, "the hit entry moved to the main queue");
+    // The evicted hash is in the ghost: re-admitted, it starts at frequency 1, so it will
+    // leave the small queue like an entry that was hit, but with no hits of its own.
+    let back = entry(2);
+    p.admit(back.clone(), true, || 1);
+    assert_eq!((back.meta.freq(), back.meta.take_hits().0), (1, 0));
+    // (A real hash differs from 2's in its high bits, which the ghost keeps.)
+    let fresh = entry(100 << 32 | 100);
+    p.admit(fresh.clone(), true, || 1);
+    assert_eq!(fresh.meta.freq(), 0);
+}
+
+#[test]
+fn a_cache_under_half_full_defers_the_sketch_to_the_first_visit_and_skips_the_ghost() {
+    let p = S3Fifo::new(64);
+    p.admit(entry(7), true, || 1);
+    let first = p.victim(1).unwrap();
+    assert_eq!(first.hash, 7, "evicted, so the ghost remembers 7");
+    assert_eq!(p.sketch.estimate(7), 1);
+    let cold = entry(7);
+    p.admit(cold.clone(), false, || 1);
+    assert_eq!(cold.meta.freq(), 0, "the ghost is not consulted while cold");
+    assert_eq!(p.sketch.estimate(7), 1, "the sketch is not fed while cold");
+    cold.meta.touch();
+    assert_eq!(p.queued(), 1, "the entry is queued all the same");
+    assert_eq!(p.victim(1).unwrap().hash, 7, "and can be evicted");
+    assert_eq!(
+        p.sketch.estimate(7),
+        3,
+        "the visit recorded the admission with the hit"
+    );
+}
+
+/// A capacity-10 policy with `main` in the main queue, each seen twice (a miss and a
+/// hit), then `small` fresh entries in the small queue.
+fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<Entry>> {
+    let p = S3Fifo::new(64);
+    for h in main {
+        let e = entry(h);
+        p.sketch.add(h, 2);
+        push(&p.main, &p.main_weight, e);
+    }
+    for h in small {
+        p.admit(entry(h), true, || 1);
+    }
+    p
+}
+
+#[test]
+fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
+    // Seven main entries fill the main queue's share of capacity 10 (the window is a
+    // third of so small a capacity: 3).
+    assert_eq!(window(10), 3);
+    let p = full(0..7, 100..102);
+    assert_eq!(p.main.len(), 7);
+    // Both leavers were hit once, so they may duel (popped and pushed back in order).
+    for _ in 0..2 {
+        let e = p.small.pop().unwrap();
+        e.meta.touch();
+        p.small.push(e);
+    }
+    // Entry 100 leaves the small queue with two accesses (its miss and its hit) against
+    // victim 0's two: the incumbent wins and stays at the head.
+    let v = p.victim(10).unwrap();
+    assert_eq!(v.hash, 100, "a tie or less keeps the incumbent");
+    assert_eq!(
+        p.front.len(),
+        1,
+        "the incumbent keeps the head of the main queue"
+    );
+    // Entry 101 has been missed often recently: it beats victim 0 and takes its place.
+    p.sketch.add(101, 5);
+    let v = p.victim(10).unwrap();
+    assert_eq!(
+        v.hash, 0,
+        "the more frequent leaver displaces the main victim"
+    );
+    assert_eq!((p.front.len(), p.main.len()), (0, 7));
+}
+
+#[test]
+fn a_leaver_never_hit_is_evicted_without_a_duel() {
+    let p = full(0..7, 100..101);
+    // Entry 100 was never hit and the ghost does not know it; however often the sketch
+    // has seen its hash, it does not take a main entry's place.
+    p.sketch.add(100, 10);
+    assert_eq!(p.victim(10).unwrap().hash, 100);
+    assert_eq!(
+        (p.front.len(), p.main.len()),
+        (0, 7),
+        "the main queue is untouched"
+    );
+}
+
+#[test]
+fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
+    let p = full(0..7, 100..101);
+    let e = entry(101);
+    p.admit(e.clone(), true, || 1);
+    e.meta.touch();
+    e.meta.touch();
+    p.sketch.add(0, 10);
+    // 100 leaves first, never hit, and is evicted; 101 was hit twice in the window, so it
+    // moves to the main queue although victim 0 is far more frequent, and 0 is evicted
+    // for it.
+    assert_eq!(p.victim(10).unwrap().hash, 100);
+    assert_eq!(p.victim(10).unwrap().hash, 0);
+    assert!(p.main.len() + p.front.len() == 7);
+}
+
+#[test]
+fn frequency_saturates_and_main_queue_gives_second_chances() {
+    let p = S3Fifo::new(64);
+    let e = entry(7);
+    p.admit(e.clone(), true, || 1);
+    for _ in 0..10 {
+        e.meta.touch();
+    }
+    assert_eq!(e.meta.freq(), MAX_FREQ);
+    // Only entry: it is promoted, then passed over MAX_FREQ times, then evicted.
+    let v = p.victim(1).unwrap();
+    assert_eq!(v.hash, 7);
+    assert!(p.victim(1).is_none());
+}
+
+#[test]
+fn the_window_is_a_tenth_of_large_caches_and_at_least_a_floor_in_small_ones() {
+    assert_eq!(window(100_000), 10_000);
+    assert_eq!(window(2_560), 256, "where a tenth meets the floor");
+    assert_eq!(window(600), 200, "a third, under the floor");
+    assert_eq!(window(1_000), 256);
+    assert_eq!(window(3), 1);
+    assert_eq!(window(u64::MAX), u64::MAX / 10);
+}
+
+#[test]
+fn dead_entries_are_skipped_and_compacted() {
+    let p = S3Fifo::new(64);
+    let entries: Vec<_> = (0..3000).map(entry).collect();
+    for e in &entries {
+        e.cached.store(false, Ordering::Relaxed);
+    }
+    for e in &entries {
+        p.admit(e.clone(), true, || 0);
+    }
+    assert!(
+        p.queued() < 3000,
+        "compaction dropped dead entries: {}",
+        p.queued()
+    );
+    assert!(p.victim(100).is_none(), "no live entry to evict");
+    assert_eq!(p.queued(), 0);
+}
