@@ -1,10 +1,10 @@
 //! Differential fuzzing of the core cache refusing when full: operation sequences on a `Cache`
 //! and on a sequential model, comparing every return value and the cache's invariants after
-//! every step (`runcache_check::cache`, shared with the property tests).
+//! every step (`runcache_model::cache`, shared with the property tests).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runcache_check::cache::{run, Input};
+use runcache_model::cache::{run, Input};
 
 fuzz_target!(|input: Input| {
     if let Err(e) = run(input) {

@@ -1,10 +1,10 @@
 //! Property tests over the operation enums that the fuzz targets use: each operation is
-//! decoded from its own chunk of random bytes (see `runcache_check::ops`), and the sequence is
+//! decoded from its own chunk of random bytes (see `runcache_model::ops`), and the sequence is
 //! run against a layer and its sequential model. Proptest shrinks the chunks, and so the
 //! operations, when a run fails.
 
 use proptest::prelude::*;
-use runcache_check::{cache, evicting, grouped, multi, ops};
+use runcache_model::{cache, evicting, grouped, multi, ops};
 
 /// Up to 300 operations' worth of bytes.
 fn chunks() -> impl Strategy<Value = Vec<Vec<u8>>> {

@@ -8,11 +8,11 @@
 //!   blocks are made inside the timing) against one `vkCreateBuffer` and one dedicated
 //!   `vkAllocateMemory` per buffer.
 //!
-//! `VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json cargo bench --features vulkan
-//! --bench vulkan` (lavapipe); without a driver it prints why and measures nothing.
+//! `VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json cargo bench -p runcache-bench
+//! --features vulkan --bench vulkan` (lavapipe); without a driver it prints why and measures nothing.
 
-use ash::vk;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use runcache::vulkan::ash::vk;
 use runcache::vulkan::{VulkanAllocator, VulkanContext};
 use std::hint::black_box;
 use std::sync::Arc;

@@ -6,10 +6,10 @@
 //! one pin per batch.
 //!
 //! ```text
-//! cargo bench --bench zipf -- --quick
+//! cargo bench -p runcache-bench --bench zipf -- --quick
 //! ```
 
-mod support;
+use runcache_bench as support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::collections::HashMap;

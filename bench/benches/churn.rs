@@ -6,7 +6,7 @@
 //! (`Throughput::Elements`). After the measurements the bench prints each subject's miss
 //! ratio, so the band can be checked.
 
-mod support;
+use runcache_bench as support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;

@@ -6,10 +6,10 @@
 //! One iteration is a batch of `BATCH` operations per thread (`Throughput::Elements`).
 //!
 //! ```text
-//! cargo bench --bench mixes -- --quick
+//! cargo bench -p runcache-bench --bench mixes -- --quick
 //! ```
 
-mod support;
+use runcache_bench as support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;

@@ -13,11 +13,11 @@
 //! unsynchronized one), so quick_cache's time over this one bounds the `Arc` target.
 //!
 //! ```text
-//! cargo bench --bench hit                 # full run
-//! cargo bench --bench hit -- --quick      # a quick look
+//! cargo bench -p runcache-bench --bench hit                 # full run
+//! cargo bench -p runcache-bench --bench hit -- --quick      # a quick look
 //! ```
 
-mod support;
+use runcache_bench as support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! Operation sequences and sequential models shared by runcache's fuzz targets (`fuzz/`) and
-//! property tests (`check/tests/`).
+//! property tests (`model/tests/`).
 //!
 //! Each module has an `Arbitrary` input (a configuration and a list of operations) and a
 //! `run` function that applies it to one runcache layer and to a sequential model, compares

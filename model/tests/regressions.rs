@@ -2,7 +2,7 @@
 //! (copied there from `fuzz/artifacts/` when fixed) and a few corpus seeds per target, so each
 //! one stays fixed in the ordinary test run, without cargo-fuzz.
 
-use runcache_check::{cache, config, decode, evicting, grouped, multi, Outcome};
+use runcache_model::{cache, config, decode, evicting, grouped, multi, Outcome};
 use std::path::Path;
 
 fn replay(target: &str, run: impl Fn(&[u8]) -> Outcome) {

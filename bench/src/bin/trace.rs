@@ -2,10 +2,11 @@
 //! several capacities, measured in the same run.
 //!
 //! ```text
-//! cargo run --release --example trace -- [TRACE...] [options]
+//! cargo run --release -p runcache-bench --bin trace -- [TRACE...] [options]
 //!
 //!   TRACE               an ARC `.lis` trace (plain or `.zst`), or a one-key-per-line file;
-//!                       default: ../shared/traces/OLTP.lis.zst and P3.lis.zst when present
+//!                       default: OLTP.lis.zst and P3.lis.zst in $RUNCACHE_TRACE_DIR when
+//!                       that is set and they are present, else a synthetic trace
 //!   --zipf K:S:N        a synthetic Zipf trace: N accesses over K keys with exponent S
 //!   --scan-mix K:S:N    the same, with a one-pass scan of K/2 fresh keys every N/10 accesses
 //!   --fractions F,..    capacities as fractions of the unique keys (default
@@ -21,6 +22,7 @@
 //! counts as one access, as mokabench counts them. With several thread counts, the threads
 //! share one cache and claim the trace one access at a time, in order.
 
+use runcache_bench::{line_chart, Series, XAxis};
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read};
@@ -321,7 +323,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                     include_str!("trace.rs")
                         .lines()
                         .skip(3)
-                        .take(17)
+                        .take(18)
                         .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
                         .collect::<Vec<_>>()
                         .join("\n")
@@ -359,13 +361,21 @@ fn parse_args() -> Result<Option<Options>, String> {
         }
     }
     if files.is_empty() && opts.traces.is_empty() {
-        for name in ["OLTP.lis.zst", "P3.lis.zst"] {
-            let path = Path::new("../shared/traces").join(name);
-            if path.exists() {
-                files.push(path);
-            } else {
-                println!("notice: {} is absent; skipping it", path.display());
+        match std::env::var_os("RUNCACHE_TRACE_DIR") {
+            Some(dir) => {
+                for name in ["OLTP.lis.zst", "P3.lis.zst"] {
+                    let path = Path::new(&dir).join(name);
+                    if path.exists() {
+                        files.push(path);
+                    } else {
+                        println!("notice: {} is absent; skipping it", path.display());
+                    }
+                }
             }
+            None => println!(
+                "notice: no trace given and RUNCACHE_TRACE_DIR is not set (point it at a \
+                 folder holding the ARC traces OLTP.lis.zst and P3.lis.zst)"
+            ),
         }
         if files.is_empty() {
             println!("notice: no real traces found; replaying a synthetic scan-mixed Zipf trace");
@@ -471,88 +481,37 @@ fn print_table(accesses: usize, uniq: usize, rows: &[(usize, Row)]) {
     }
 }
 
-/// Hit ratio against capacity (log scale), one line per policy.
+/// Hit ratio against capacity (log scale), one line per policy, drawn with plotters.
 fn write_svg(
     dir: &Path,
     name: &str,
     accesses: usize,
     rows: &[(usize, Row)],
-) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
+) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(format!("{name}.svg"));
-    let (w, h, m) = (720.0, 420.0, 60.0);
-    let caps: Vec<f64> = rows
-        .iter()
-        .map(|(c, _)| (*c as f64).max(1.0).ln())
-        .collect();
-    let (lo, hi) = caps
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), c| (a.min(*c), b.max(*c)));
-    let span = (hi - lo).max(1e-9);
-    let x = |c: f64| m + (c - lo) / span * (w - 2.0 * m);
-    let y = |ratio: f64| h - m - ratio * (h - 2.0 * m);
-    let colors = [
-        "#000000", "#888888", "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-        "#e377c2", "#17becf", "#bcbd22",
-    ];
-    let mut svg = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n\
-         <rect width='100%' height='100%' fill='white'/>\n\
-         <text x='{m}' y='24' font-size='15'>{name}: hit ratio vs capacity</text>\n\
-         <line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n",
-        h - m, w - m, h - m, h - m
-    );
-    for pct in [0, 25, 50, 75, 100] {
-        let yy = y(pct as f64 / 100.0);
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{}' text-anchor='end'>{pct}%</text>",
-            m - 6.0,
-            yy + 4.0
-        );
-        let _ = writeln!(
-            svg,
-            "<line x1='{m}' y1='{yy}' x2='{}' y2='{yy}' stroke='#eee'/>",
-            w - m
-        );
-    }
-    for ((cap, _), c) in rows.iter().zip(&caps) {
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{}' text-anchor='middle'>{cap}</text>",
-            x(*c),
-            h - m + 16.0
-        );
-    }
+    let capacities: Vec<f64> = rows.iter().map(|(c, _)| *c as f64).collect();
     let columns = rows.first().map_or(0, |(_, r)| r.len());
-    for col in 0..columns {
-        let label = &rows[0].1[col].0;
-        let color = colors[col % colors.len()];
-        let points: Vec<String> = rows
-            .iter()
-            .zip(&caps)
-            .map(|((_, r), c)| {
-                format!(
-                    "{:.1},{:.1}",
-                    x(*c),
-                    y(r[col].1 as f64 / accesses.max(1) as f64)
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            svg,
-            "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
-            points.join(" ")
-        );
-        let ly = m + 16.0 * col as f64;
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{ly}' fill='{color}'>{label}</text>",
-            w - m + 4.0 - 120.0
-        );
-    }
-    svg.push_str("</svg>\n");
-    std::fs::write(&path, svg)?;
+    let series: Vec<Series> = (0..columns)
+        .map(|col| Series {
+            label: rows[0].1[col].0.clone(),
+            values: rows
+                .iter()
+                .map(|(_, r)| 100.0 * r[col].1 as f64 / accesses.max(1) as f64)
+                .collect(),
+        })
+        .collect();
+    let svg = line_chart(
+        &format!("{name}: hit ratio vs capacity"),
+        "hit ratio %",
+        XAxis::Log {
+            values: &capacities,
+            label: "capacity (entries)",
+        },
+        &series,
+        Some(100.0),
+    )?;
+    std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
 

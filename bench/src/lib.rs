@@ -1,5 +1,6 @@
-//! Workloads, subjects and plots shared by the criterion benches (`benches/*.rs`) and the
-//! comparison runner (`examples/compare.rs`, which includes this file by path).
+//! runcache's benchmark harness: the workloads, subjects and plots shared by the criterion
+//! benches (`bench/benches/*.rs`) and the two tools, `compare` (every workload against the
+//! peers; regenerates `docs/BENCHMARKS.md` and its plots) and `trace` (hit ratios on traces).
 //!
 //! Every subject is a concurrent map or cache behind one small trait, so each workload runs
 //! the same code against runcache and its peers. Values are `Arc<u64>` where the peer hands
@@ -7,9 +8,9 @@
 //! get; runcache's own `get` returns an `Arc` too.
 #![allow(dead_code)]
 
+use plotters::prelude::*;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -408,16 +409,56 @@ pub struct Series {
     pub values: Vec<f64>,
 }
 
-/// A line chart as SVG text: `xs` are category labels spaced evenly, y from 0 to the largest
-/// value (or `y_max`).
+/// The x axis of a chart.
+pub enum XAxis<'a> {
+    /// Category labels, spaced evenly (thread counts, capacities).
+    Categories(&'a [String]),
+    /// Numbers on a logarithmic scale (capacities over several decades).
+    Log {
+        /// The x value of each position.
+        values: &'a [f64],
+        /// What the axis measures.
+        label: &'a str,
+    },
+}
+
+/// Line colours, one per series, in order.
+const COLORS: [RGBColor; 11] = [
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0x00, 0x00, 0x00),
+    RGBColor(0x88, 0x88, 0x88),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0xbc, 0xbd, 0x22),
+];
+
+/// Draws a chart's legend in its upper left corner.
+fn legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// A line chart as SVG text, drawn with plotters: y from 0 to the largest value (or `y_max`),
+/// one line per series with a legend.
 pub fn line_chart(
     title: &str,
     y_label: &str,
-    xs: &[String],
+    x: XAxis<'_>,
     series: &[Series],
     y_max: Option<f64>,
-) -> String {
-    let (w, h, m) = (720.0, 420.0, 60.0);
+) -> Result<String, String> {
     let top = y_max.unwrap_or_else(|| {
         series
             .iter()
@@ -426,78 +467,69 @@ pub fn line_chart(
             * 1.1
     });
     let top = if top > 0.0 { top } else { 1.0 };
-    let n = xs.len().max(2) - 1;
-    let x = |i: usize| m + i as f64 / n as f64 * (w - 2.0 * m - 130.0);
-    let y = |v: f64| h - m - v / top * (h - 2.0 * m);
-    let colors = [
-        "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#000000",
-    ];
-    let mut svg = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n\
-         <rect width='100%' height='100%' fill='white'/>\n\
-         <text x='{m}' y='24' font-size='15'>{title}</text>\n\
-         <text x='14' y='{}' transform='rotate(-90 14 {})' text-anchor='middle'>{y_label}</text>\n\
-         <line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n\
-         <line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n",
-        h / 2.0,
-        h / 2.0,
-        h - m,
-        w - m - 130.0,
-        h - m,
-        h - m
-    );
-    for i in 0..=4 {
-        let v = top * i as f64 / 4.0;
-        let yy = y(v);
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{}' text-anchor='end'>{}</text>\n<line x1='{m}' y1='{yy}' x2='{}' y2='{yy}' stroke='#eee'/>",
-            m - 6.0,
-            yy + 4.0,
-            short(v),
-            w - m - 130.0
-        );
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut builder = ChartBuilder::on(&root);
+        builder
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56);
+        match x {
+            XAxis::Categories(labels) => {
+                let n = labels.len().max(1);
+                let mut chart = builder
+                    .build_cartesian_2d(0..n - 1, 0.0..top)
+                    .map_err(|e| e.to_string())?;
+                chart
+                    .configure_mesh()
+                    .x_labels(n)
+                    .x_label_formatter(&|i| labels.get(*i).cloned().unwrap_or_default())
+                    .light_line_style(WHITE)
+                    .y_desc(y_label)
+                    .draw()
+                    .map_err(|e| e.to_string())?;
+                for (j, s) in series.iter().enumerate() {
+                    let color = COLORS[j % COLORS.len()];
+                    let points = s.values.iter().enumerate().map(|(i, v)| (i, *v));
+                    chart
+                        .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                        .map_err(|e| e.to_string())?
+                        .label(s.label.as_str())
+                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+                }
+                legend(&mut chart)?;
+            }
+            XAxis::Log { values, label } => {
+                let lo = values.iter().copied().fold(f64::MAX, f64::min).max(1.0);
+                let hi = values.iter().copied().fold(1.0, f64::max).max(lo * 10.0);
+                let mut chart = builder
+                    .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)
+                    .map_err(|e| e.to_string())?;
+                chart
+                    .configure_mesh()
+                    .x_labels(values.len().min(8))
+                    .x_label_formatter(&|v| format!("{v:.0}"))
+                    .light_line_style(WHITE)
+                    .x_desc(label)
+                    .y_desc(y_label)
+                    .draw()
+                    .map_err(|e| e.to_string())?;
+                for (j, s) in series.iter().enumerate() {
+                    let color = COLORS[j % COLORS.len()];
+                    let points = values.iter().copied().zip(s.values.iter().copied());
+                    chart
+                        .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                        .map_err(|e| e.to_string())?
+                        .label(s.label.as_str())
+                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+                }
+                legend(&mut chart)?;
+            }
+        }
+        root.present().map_err(|e| e.to_string())?;
     }
-    for (i, label) in xs.iter().enumerate() {
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{}' text-anchor='middle'>{label}</text>",
-            x(i),
-            h - m + 16.0
-        );
-    }
-    for (j, s) in series.iter().enumerate() {
-        let color = colors[j % colors.len()];
-        let points: Vec<String> = s
-            .values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
-            .collect();
-        let _ = writeln!(
-            svg,
-            "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
-            points.join(" ")
-        );
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{}' fill='{color}'>{}</text>",
-            w - m - 120.0,
-            m + 16.0 * j as f64,
-            s.label
-        );
-    }
-    svg.push_str("</svg>\n");
-    svg
-}
-
-/// A compact number for axis labels.
-fn short(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
+    Ok(svg)
 }
