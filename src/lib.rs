@@ -115,7 +115,10 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | (none yet) | | the core cache and the constant tensor caches are always built |
+//! | `vulkan` | no | [`vulkan`]: GPU constant buffers in Vulkan device memory (ash, loaded at run time, and gpu-allocator) |
+//!
+//! Everything else (the core cache, the constant, grouped and multi caches, the pool manager)
+//! is always built.
 //!
 //! # Layers
 //!

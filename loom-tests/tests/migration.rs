@@ -1,4 +1,4 @@
-//! Loom models of the table's migration (`src/raw/table.rs`, H1–H4).
+//! Loom models of the table's migration (`src/raw/table/`, H1–H4).
 //!
 //! Under the loom cfg a shard's first table has 4 slots and writers claim at most half, so
 //! the third key of a shard starts a migration, copied two slots at a time. Each model fills

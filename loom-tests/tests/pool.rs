@@ -90,7 +90,7 @@ fn two_waiters_for_one_pool_no_wake_up_is_lost() {
 /// Two threads wait for the two pools the main thread holds and returns one after the other;
 /// each keeps its pool until both have one, so a pool comes back only if both waiters got
 /// theirs. A waiter's own look may take the first pool while the second return's wake
-/// chooses that same waiter; it must pass the wake on (W3 in `src/raw/pool.rs`), or the other
+/// chooses that same waiter; it must pass the wake on (W3 in `src/pool/slots.rs`), or the other
 /// waiter sleeps beside a free pool and the model fails (a deadlock, or the first waiter's
 /// wait for the second exhausting loom's branches).
 #[test]

@@ -1,6 +1,16 @@
 //! Raw buffer allocations for the constant tensor caches: the allocator trait (a
 //! malloc/free pair per device, as a trait object), the host allocator, [`Allocation`], which
 //! frees itself through the allocator that made it, and [`AllocError`].
+//!
+//! # Invariants
+//!
+//! - **A1 (allocator contract).** A [`BufferAllocator`] hands out either an error or `size`
+//!   bytes aligned to `align` that stay valid until `deallocate` gets back the same pointer,
+//!   size and alignment; host-accessible memory may be read and written by the host. The
+//!   host allocator meets it with the global allocator and a layout built from the same pair.
+//! - **A2 (single owner).** An [`Allocation`] is the only owner of its memory: it keeps the
+//!   pointer, size, alignment and the allocator that made it, hands out shared bytes only
+//!   through `&self` and mutable bytes only through `&mut self`, and frees once, in `Drop`.
 
 #![allow(unsafe_code)]
 
@@ -81,7 +91,7 @@ impl HostAllocator {
     pub const ALIGN: usize = 64;
 }
 
-// SAFETY: memory comes from the global allocator with a valid layout, is freed with the same
+// SAFETY: (A1) memory comes from the global allocator with a valid layout, is freed with the same
 // layout, and is ordinary host memory. Zero-sized buffers get a dangling aligned pointer that
 // is never freed.
 unsafe impl BufferAllocator for HostAllocator {
@@ -100,7 +110,7 @@ unsafe impl BufferAllocator for HostAllocator {
             // A dangling pointer at the alignment: valid for zero bytes, never freed.
             return NonNull::new(align as *mut u8).ok_or(AllocError::InvalidLayout { size, align });
         }
-        // SAFETY: the layout has a non-zero size.
+        // SAFETY: (A1) the layout has a non-zero size.
         let p = unsafe { std::alloc::alloc(layout) };
         NonNull::new(p).ok_or(AllocError::OutOfMemory {
             device: DeviceKind::Cpu,
@@ -113,7 +123,7 @@ unsafe impl BufferAllocator for HostAllocator {
         if size == 0 {
             return;
         }
-        // SAFETY: the caller passes what `allocate` returned, with the same size and
+        // SAFETY: (A1) the caller passes what `allocate` returned, with the same size and
         // alignment, which formed a valid layout there.
         unsafe {
             std::alloc::dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(size, align))
@@ -124,14 +134,14 @@ unsafe impl BufferAllocator for HostAllocator {
 /// Memory owned through the allocator that made it; freed on drop.
 pub(crate) struct Allocation {
     ptr: NonNull<u8>,
-    size: usize,
-    align: usize,
-    allocator: Arc<dyn BufferAllocator>,
+    pub(super) size: usize,
+    pub(super) align: usize,
+    pub(super) allocator: Arc<dyn BufferAllocator>,
 }
 
-// SAFETY: an allocation is plain memory owned by this value; the allocator is `Send + Sync`.
+// SAFETY: (A2) an allocation is plain memory owned by this value; the allocator is `Send + Sync`.
 unsafe impl Send for Allocation {}
-// SAFETY: shared access only reads through `as_slice` (host memory) or hands out the pointer.
+// SAFETY: (A2) shared access only reads through `as_slice` (host memory) or hands out the pointer.
 unsafe impl Sync for Allocation {}
 
 impl Allocation {
@@ -145,7 +155,7 @@ impl Allocation {
         }
         let ptr = allocator.allocate(size, align)?;
         if ptr.as_ptr() as usize % align != 0 {
-            // SAFETY: just allocated with these arguments.
+            // SAFETY: (A1) just allocated with these arguments.
             unsafe { allocator.deallocate(ptr, size, align) };
             return Err(AllocError::Misaligned {
                 device: allocator.device(),
@@ -168,8 +178,8 @@ impl Allocation {
         if !self.allocator.host_accessible() {
             return None;
         }
-        // SAFETY: host-accessible memory of `size` bytes owned by `self` (BufferAllocator's
-        // contract); shared borrows only read.
+        // SAFETY: (A1, A2) host-accessible memory of `size` bytes owned by `self`
+        // (BufferAllocator's contract); shared borrows only read.
         Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.size) })
     }
 
@@ -177,28 +187,14 @@ impl Allocation {
         if !self.allocator.host_accessible() {
             return None;
         }
-        // SAFETY: as in `as_slice`; `&mut self` makes the borrow unique.
+        // SAFETY: (A1, A2) as in `as_slice`; `&mut self` makes the borrow unique.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) })
-    }
-}
-
-impl crate::DeviceMemory for Allocation {
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn align(&self) -> usize {
-        self.align
-    }
-
-    fn device(&self) -> DeviceKind {
-        self.allocator.device()
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from this allocator with this size and alignment, and is freed
+        // SAFETY: (A2) `ptr` came from this allocator with this size and alignment, and is freed
         // only here.
         unsafe { self.allocator.deallocate(self.ptr, self.size, self.align) };
     }

@@ -202,3 +202,17 @@ impl fmt::Debug for ConstantBuffer {
             .finish_non_exhaustive()
     }
 }
+
+impl DeviceMemory for Allocation {
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn align(&self) -> usize {
+        self.align
+    }
+
+    fn device(&self) -> DeviceKind {
+        self.allocator.device()
+    }
+}

@@ -56,8 +56,8 @@ pub use config::{
     ParsedCapacity, MAX_CAPACITY_MB,
 };
 
+use crate::cache::{Cache, Source, Stats, WhenFull};
 use crate::sync::{AtomicU64, Ordering};
-use crate::{Cache, Source, Stats};
 use buffer::Ledger;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -176,7 +176,7 @@ impl ConstantCache {
     pub fn with_capacity_bytes(device: DeviceKind, bytes: u64) -> Self {
         let cache = Cache::builder()
             .capacity(bytes)
-            .when_full(crate::WhenFull::Reject)
+            .when_full(WhenFull::Reject)
             .weigher(|_, b: &ConstantBuffer| b.size() as u64)
             .on_evict(|_, b, _| b.mark_outside())
             .build()

@@ -1,8 +1,7 @@
 //! A grouped cache: session → group (the input shape) → name → value, evicting whole groups.
 //!
 //! Runtimes with dynamic input shapes create many objects per shape. PaddlePaddle's MKL-DNN
-//! blob cache (`../shared/seeds/mkldnn-data-caching.md`) groups them by input shape so that
-//! memory pressure clears a whole shape group at once, which frees far more than evicting one
+//! blob cache groups them by input shape so that memory pressure clears a whole shape group at once, which frees far more than evicting one
 //! object. Here:
 //!
 //! - [`GroupedCache::get`] is one lock-free lookup in a flat table keyed by
@@ -36,8 +35,8 @@
 
 #![forbid(unsafe_code)]
 
+use crate::cache::{Cache, Source, WhenFull};
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
-use crate::{Cache, Source, WhenFull};
 use crossbeam_queue::SegQueue;
 use std::fmt;
 use std::hash::Hash;

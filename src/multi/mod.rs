@@ -41,7 +41,7 @@
 
 mod typemap;
 
-use crate::{Cache, Lookup, Source};
+use crate::cache::{Cache, Lookup, Source};
 use std::any::Any;
 use std::fmt;
 use std::hash::Hash;
@@ -182,7 +182,7 @@ impl MultiCache {
     }
 
     /// The activity counters of the cache of `(K, V)`.
-    pub fn stats<K, V>(&self) -> crate::Stats
+    pub fn stats<K, V>(&self) -> crate::cache::Stats
     where
         K: Hash + Eq + Send + Sync + 'static,
         V: Send + Sync + 'static,

@@ -10,6 +10,8 @@
 //!   reference into it lives as long as `&self`.
 //! - **T2.** Each `TypeId` is linked at most once: an insert links only after finding the key
 //!   absent, with a CAS on the bucket head that fails if the bucket changed since.
+//! - **T3.** A node is owned by the inserting thread alone until its CAS links it: it may be
+//!   changed or freed only before that CAS succeeds.
 
 #![allow(unsafe_code)]
 
@@ -29,10 +31,10 @@ pub(crate) struct TypeMap<V> {
     buckets: [AtomicPtr<Node<V>>; BUCKETS],
 }
 
-// SAFETY: the map owns its values and hands out shared references to them (`V: Sync`); values
+// SAFETY: (T1) the map owns its values and hands out shared references to them (`V: Sync`); values
 // are dropped on whichever thread drops the map (`V: Send`).
 unsafe impl<V: Send + Sync> Send for TypeMap<V> {}
-// SAFETY: as above; nodes are immutable once linked (T1).
+// SAFETY: (T1) as above; nodes are immutable once linked (T1).
 unsafe impl<V: Send + Sync> Sync for TypeMap<V> {}
 
 #[inline]
@@ -53,7 +55,7 @@ impl<V> TypeMap<V> {
     fn find(&self, head: *mut Node<V>, key: &TypeId) -> Option<&V> {
         let mut p = head;
         while !p.is_null() {
-            // SAFETY: linked nodes live as long as `&self` (T1), and were fully written before
+            // SAFETY: (T1) linked nodes live as long as `&self` (T1), and were fully written before
             // the Release CAS that linked them, which the caller's Acquire load paired with.
             let node = unsafe { &*p };
             if node.key == *key {
@@ -88,16 +90,16 @@ impl<V> TypeMap<V> {
         loop {
             // Release: publishes the node's fields to `get`'s Acquire load.
             match slot.compare_exchange(head, node, Ordering::Release, Ordering::Acquire) {
-                // SAFETY: just linked; lives as long as `&self` (T1).
+                // SAFETY: (T1) just linked; lives as long as `&self` (T1).
                 Ok(_) => return unsafe { &(*node).value },
                 Err(actual) => {
                     head = actual;
                     if let Some(v) = self.find(head, &key) {
-                        // SAFETY: `node` was never linked; we still own it.
+                        // SAFETY: (T3) `node` was never linked; we still own it.
                         drop(unsafe { Box::from_raw(node) });
                         return v;
                     }
-                    // SAFETY: not linked yet, so still ours to change.
+                    // SAFETY: (T3) not linked yet, so still ours to change.
                     unsafe { (*node).next = head };
                 }
             }
@@ -115,8 +117,8 @@ impl<V> TypeMap<V> {
             None => self.get_or_insert(key, make),
         };
         debug_assert!(v.as_any().is::<T>());
-        // SAFETY: callers store under `TypeId::of::<T>()` only a value whose `as_any` is a `T`
-        // (checked above in debug builds), and each key is linked once (T2), so the erased
+        // SAFETY: (T1, T2) callers store under `TypeId::of::<T>()` only a value whose `as_any` is a
+        // `T` (checked above in debug builds), and each key is linked once (T2), so the erased
         // pointer points to a `T` that lives as long as `&self` (T1).
         unsafe { &*(v.as_any() as *const (dyn std::any::Any + Send + Sync) as *const T) }
     }
@@ -127,7 +129,7 @@ impl<V> TypeMap<V> {
             // Acquire: as in `get`.
             let mut p = slot.load(Ordering::Acquire);
             while !p.is_null() {
-                // SAFETY: as in `find`.
+                // SAFETY: (T1) as in `find`.
                 let node = unsafe { &*p };
                 f(&node.value);
                 p = node.next;
@@ -142,7 +144,7 @@ impl<V> Drop for TypeMap<V> {
             // Relaxed: `&mut self`.
             let mut p = slot.load(Ordering::Relaxed);
             while !p.is_null() {
-                // SAFETY: every linked node came from `Box::into_raw` and is freed once, here.
+                // SAFETY: (T1) every linked node came from `Box::into_raw` and is freed once, here.
                 let node = unsafe { Box::from_raw(p) };
                 p = node.next;
             }

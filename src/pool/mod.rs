@@ -1,8 +1,8 @@
 //! Memory pool manager: cached objects keep their scratch pools and reuse them.
 //!
 //! Arm Compute Library found that allocating scratch memory on every run dominated inference
-//! latency (ResNet-50 about 3× slower), and cached its primitives' memory pools instead
-//! (`../shared/seeds/acl-primitive-memory-caching.md`). A [`PoolManager`] is that pool cache,
+//! latency (ResNet-50 about 3× slower), and cached its primitives' memory pools instead. A
+//! [`PoolManager`] is that pool cache,
 //! lock-free:
 //!
 //! - [`PoolManager::reserve`] pops a free pool from a lock-free list and returns a
@@ -225,7 +225,7 @@ impl<P: Send> PoolManager<P> {
                 waited = true;
             }
             // Registered, look for a pool once more, then park until a returner wakes this
-            // registration (the waiter protocol, W1–W3, is in `raw/pool.rs`). Woken, start
+            // registration (the waiter protocol, W1–W3, is in `pool/slots.rs`). Woken, start
             // over: a pool, a new one, or a new registration.
             let me = self.waiters.register();
             while !me.woken() {

@@ -53,9 +53,9 @@ pub(crate) struct PoolSlots<P> {
     empty: FreeList,
 }
 
-// SAFETY: pools move between threads through the free lists (P1, P3): `P: Send` suffices.
+// SAFETY: (P1, P3) pools move between threads through the free lists (P1, P3): `P: Send` suffices.
 unsafe impl<P: Send> Send for PoolSlots<P> {}
-// SAFETY: a pool is only ever accessed by the one thread that holds its slot (P1).
+// SAFETY: (P1) a pool is only ever accessed by the one thread that holds its slot (P1).
 unsafe impl<P: Send> Sync for PoolSlots<P> {}
 
 fn locate(index: usize) -> (usize, usize) {
@@ -80,7 +80,7 @@ impl<P> PoolSlots<P> {
         // Acquire: pairs with the Release CAS in `segment`, so the slots are initialized.
         let seg = self.segments[s].load(Ordering::Acquire);
         debug_assert!(!seg.is_null());
-        // SAFETY: `i < FIRST << s` by `locate`; segments live as long as `self` (P2).
+        // SAFETY: (P2) `i < FIRST << s` by `locate`; segments live as long as `self` (P2).
         unsafe { &*seg.add(i) }
     }
 
@@ -106,7 +106,7 @@ impl<P> PoolSlots<P> {
             )
             .is_err()
         {
-            // SAFETY: `fresh` was never shared; rebuild the box it came from.
+            // SAFETY: (P2) `fresh` was never shared; rebuild the box it came from.
             drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, FIRST << s)) });
         }
     }
@@ -185,14 +185,14 @@ impl<P> PoolSlots<P> {
 
     /// Puts a pool into a slot the caller just took from `claim_fresh` or `pop_empty`.
     pub(crate) fn fill(&self, index: usize, pool: P) {
-        // SAFETY: the caller holds `index` (P1): it came from `claim_fresh` or `pop_empty`
+        // SAFETY: (P1) the caller holds `index` (P1): it came from `claim_fresh` or `pop_empty`
         // and has not been pushed anywhere yet.
         unsafe { self.with(index, |p| *p = Some(pool)) };
     }
 
     /// Takes the pool out of a slot the caller just popped from the free list.
     pub(crate) fn take(&self, index: usize) -> Option<P> {
-        // SAFETY: the caller holds `index` (P1): it came from `pop_free` and has not been
+        // SAFETY: (P1) the caller holds `index` (P1): it came from `pop_free` and has not been
         // pushed back yet.
         unsafe { self.with(index, |p| p.take()) }
     }
@@ -202,7 +202,7 @@ impl<P> PoolSlots<P> {
     /// # Safety
     /// - The caller holds `index` (P1): it popped it or claimed it, and has not pushed it back.
     pub(crate) unsafe fn with<R>(&self, index: usize, f: impl FnOnce(&mut Option<P>) -> R) -> R {
-        // SAFETY: exclusive by the caller's contract (P1).
+        // SAFETY: (P1) exclusive by the caller's contract (P1).
         self.slot(index).pool.with_mut(|p| f(unsafe { &mut *p }))
     }
 }
@@ -379,7 +379,7 @@ impl<P> Deref for PoolGuard<'_, P> {
     type Target = P;
 
     fn deref(&self) -> &P {
-        // SAFETY: the guard holds its slot (P1) until it drops, and a held slot always has a
+        // SAFETY: (P1) the guard holds its slot (P1) until it drops, and a held slot always has a
         // pool (the manager fills it before making the guard).
         unsafe {
             self.slots
@@ -392,7 +392,7 @@ impl<P> Deref for PoolGuard<'_, P> {
 
 impl<P> DerefMut for PoolGuard<'_, P> {
     fn deref_mut(&mut self) -> &mut P {
-        // SAFETY: as in `deref`; `&mut self` makes the borrow unique.
+        // SAFETY: (P1) as in `deref`; `&mut self` makes the borrow unique.
         unsafe {
             self.slots
                 .with(self.index, |p| p.as_mut().map(|p| p as *mut P))
@@ -420,7 +420,7 @@ impl<P> Drop for PoolSlots<P> {
             // Relaxed: `&mut self`.
             let seg = seg.load(Ordering::Relaxed);
             if !seg.is_null() {
-                // SAFETY: allocated in `segment` with this length; freed once, here. Dropping
+                // SAFETY: (P2) allocated in `segment` with this length; freed once, here. Dropping
                 // the slots drops every pool still in them.
                 drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(seg, FIRST << s)) });
             }

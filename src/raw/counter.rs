@@ -15,6 +15,14 @@
 //! through the same thread-local entry as its epoch handle). The owner bumps its counters with
 //! a plain load and store, which is exact because it is the only writer; readers add the blocks
 //! up. A lookup therefore writes only a line that no other thread writes.
+//!
+//! # Invariants of the registry
+//!
+//! - **R1 (publication).** A block is written only by the registering thread before the
+//!   Release CAS that links it; after that its `next` never changes and every counter is an
+//!   atomic, so any thread may read a linked block.
+//! - **R2 (lifetime).** A linked block is freed only when the registry drops, so a block
+//!   reached through `&self` stays allocated as long as that borrow.
 
 #![allow(unsafe_code)]
 
@@ -208,10 +216,10 @@ pub(crate) struct StatsRegistry {
     shared: CachePadded<StatsBlock>,
 }
 
-// SAFETY: the registry owns its blocks; blocks hold only atomics and a `next` pointer that is
+// SAFETY: (R1) the registry owns its blocks; blocks hold only atomics and a `next` pointer that is
 // written before the block is published (Release) and never changed afterwards.
 unsafe impl Send for StatsRegistry {}
-// SAFETY: as above; every access to a block's counters is atomic.
+// SAFETY: (R1) as above; every access to a block's counters is atomic.
 unsafe impl Sync for StatsRegistry {}
 
 impl StatsRegistry {
@@ -236,7 +244,7 @@ impl StatsRegistry {
         // Relaxed: the loop's CAS publishes the block.
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
-            // SAFETY: `block` is ours until the CAS below publishes it.
+            // SAFETY: (R1) `block` is ours until the CAS below publishes it.
             let mine = unsafe { &mut *block };
             mine.next = head;
             // Release: pairs with the Acquire load in `sum`, which then sees `next` and the
@@ -245,7 +253,7 @@ impl StatsRegistry {
                 .head
                 .compare_exchange_weak(head, block, Ordering::Release, Ordering::Relaxed)
             {
-                // SAFETY: `block` came from `Box::into_raw` above and is freed only when the
+                // SAFETY: (R2) `block` came from `Box::into_raw` above and is freed only when the
                 // registry drops.
                 Ok(_) => return unsafe { &**block },
                 Err(actual) => head = actual,
@@ -261,7 +269,8 @@ impl StatsRegistry {
         // Acquire: pairs with the Release CAS in `register`.
         let mut p = self.head.load(Ordering::Acquire) as *const CachePadded<StatsBlock>;
         while !p.is_null() {
-            // SAFETY: blocks are freed only when the registry drops, and `&self` keeps it alive.
+            // SAFETY: (R2) blocks are freed only when the registry drops, and `&self` keeps it
+            // alive.
             let block = unsafe { &*p };
             total = total.wrapping_add(block.counts[i].load(Ordering::Relaxed));
             p = block.next;
@@ -284,7 +293,7 @@ impl Drop for StatsRegistry {
         // Relaxed: `&mut self` means no other thread can touch the list.
         let mut p = self.head.load(Ordering::Relaxed);
         while !p.is_null() {
-            // SAFETY: every block came from `Box::into_raw` in `register` and is freed once.
+            // SAFETY: (R2) every block came from `Box::into_raw` in `register` and is freed once.
             let block = unsafe { Box::from_raw(p) };
             p = block.next as *mut _;
         }

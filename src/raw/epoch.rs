@@ -21,6 +21,19 @@
 //! When the thread-local list cannot be used (during thread teardown, or re-entrantly from a
 //! destructor running inside a pin), the caller registers a temporary handle and uses the
 //! cache's shared statistics block: slower, never wrong.
+//!
+//! # Invariants
+//!
+//! - **E1 (deferral).** Everything handed to a collector (alone, or in a batch) was retired
+//!   under a guard of that same collector, and may run on any thread once every thread
+//!   pinned at its hand-over has unpinned: the contract of [`Guard::defer_unchecked`].
+//! - **E2 (retirements run once).** A [`Retired`] holds one closure of at most two words,
+//!   stored in place; it is run (moved out) by its `Drop` and nowhere else, and a [`Batch`]
+//!   drops exactly its first `len` items. A batch is never dropped before it is handed to
+//!   the collector, except by the collector's own deferred function.
+//! - **E3 (the remembered registration).** [`Last`] is touched only by its own thread; while
+//!   its id is not 0 its handle copy and batch pointer name an entry still in `locals`, and
+//!   readers copy the handle out instead of borrowing it in place.
 
 #![allow(unsafe_code)]
 
@@ -84,11 +97,11 @@ impl Pending {
         match Retired::new(free) {
             Ok(item) => {
                 if let Err(item) = self.gather(item, guard) {
-                    // SAFETY: the caller's contract; dropping `item` runs `free`.
+                    // SAFETY: (E1) the caller's contract; dropping `item` runs `free`.
                     unsafe { self.defer_counted(guard, 1, move || drop(item)) };
                 }
             }
-            // SAFETY: the caller's contract.
+            // SAFETY: (E1) the caller's contract.
             Err(free) => unsafe { self.defer_counted(guard, 1, free) },
         }
     }
@@ -103,7 +116,7 @@ impl Pending {
             .flatten()
             .flatten();
         if let Some(batch) = batch {
-            // SAFETY: every retirement in the batch was gathered under a guard of this
+            // SAFETY: (E1, E2) every retirement in the batch was gathered under a guard of this
             // collector whose pin began no later than `guard`'s, as `defer` requires.
             unsafe { self.defer_batch(guard, batch) };
         }
@@ -132,8 +145,8 @@ impl Pending {
             return Err(item);
         }
         if let Ok(Some(Some(batch))) = full {
-            // SAFETY: as in `hand_over`: the batch's retirements were gathered under guards
-            // of this collector, the last of them `guard`.
+            // SAFETY: (E1, E2) as in `hand_over`: the batch's retirements were gathered under
+            // guards of this collector, the last of them `guard`.
             unsafe { self.defer_batch(guard, batch) };
         }
         Ok(())
@@ -145,7 +158,7 @@ impl Pending {
     /// As [`defer`](Self::defer), for every retirement in `batch`.
     unsafe fn defer_batch(self: &Arc<Self>, guard: &Guard, batch: Box<Batch>) {
         let n = batch.len as u64;
-        // SAFETY: the caller's contract; dropping the batch runs its retirements.
+        // SAFETY: (E1, E2) the caller's contract; dropping the batch runs its retirements.
         unsafe { self.defer_counted(guard, n, move || drop(batch)) };
     }
 
@@ -157,7 +170,7 @@ impl Pending {
         // Relaxed: a progress count (see `Retiring`'s `Drop`).
         self.count.fetch_add(n, Ordering::Relaxed);
         let counted = Retiring(Arc::clone(self), n);
-        // SAFETY: the caller's contract; the count only drops after `free` has run.
+        // SAFETY: (E1) the caller's contract; the count only drops after `free` has run.
         unsafe {
             guard.defer_unchecked(move || {
                 free();
@@ -197,12 +210,12 @@ impl Retired {
         /// # Safety
         /// `data` holds an `F`, which is read out (moved) exactly once.
         unsafe fn call<F: FnOnce()>(data: *mut MaybeUninit<[usize; 2]>) {
-            // SAFETY: the caller's contract.
+            // SAFETY: (E2) the caller's contract.
             let free = unsafe { data.cast::<F>().read() };
             free();
         }
         let mut data = MaybeUninit::<[usize; 2]>::uninit();
-        // SAFETY: `F` fits `data` in size and alignment (checked above).
+        // SAFETY: (E2) `F` fits `data` in size and alignment (checked above).
         unsafe { data.as_mut_ptr().cast::<F>().write(free) };
         Ok(Self {
             data,
@@ -213,7 +226,7 @@ impl Retired {
 
 impl Drop for Retired {
     fn drop(&mut self) {
-        // SAFETY: `data` holds the closure `call` was made for (`new`), and this is the one
+        // SAFETY: (E2) `data` holds the closure `call` was made for (`new`), and this is the one
         // place that runs it, once.
         unsafe { (self.call)(&mut self.data) };
     }
@@ -246,7 +259,7 @@ impl Drop for Batch {
     fn drop(&mut self) {
         let items =
             std::ptr::slice_from_raw_parts_mut(self.items.as_mut_ptr().cast::<Retired>(), self.len);
-        // SAFETY: the first `len` items are initialized (`push`), and dropped only here.
+        // SAFETY: (E2) the first `len` items are initialized (`push`), and dropped only here.
         unsafe { std::ptr::drop_in_place(items) };
     }
 }
@@ -280,7 +293,7 @@ impl Drop for Local {
     fn drop(&mut self) {
         if let Some(batch) = self.batch.take() {
             let guard = self.handle.pin();
-            // SAFETY: the batch's retirements were gathered under guards of this
+            // SAFETY: (E1, E2) the batch's retirements were gathered under guards of this
             // collector, all dropped by now (they do not outlive a call into the cache).
             unsafe { self.pending.defer_batch(&guard, batch) };
         }
@@ -306,7 +319,7 @@ struct Last {
 impl Last {
     /// Remembers `local`, which stays in this thread's `locals`.
     fn set(&self, local: &Local) {
-        // SAFETY: `last` is only touched by its own thread, and no reference into `handle`
+        // SAFETY: (E3) `last` is only touched by its own thread, and no reference into `handle`
         // lives across calls (readers copy it out first). The old copy is overwritten
         // without a drop, as every copy must be (see `handle`).
         unsafe { (*self.handle.get()).write(std::ptr::read(&*local.handle)) };
@@ -321,7 +334,7 @@ impl Last {
         if self.id.get() != id {
             return None;
         }
-        // SAFETY: `id` is not 0 (no cache has it), so `handle` is initialized; the copy is
+        // SAFETY: (E3) `id` is not 0 (no cache has it), so `handle` is initialized; the copy is
         // read out, never referenced in place, so a reentrant `set` (a destructor run by
         // the pin's collection using another cache) cannot change it under a borrow.
         let handle = unsafe { (*self.handle.get()).assume_init_read() };
@@ -363,7 +376,7 @@ impl ThreadState {
             // holds a live cache's id only while the entry it names is in `locals`: an
             // entry leaves when its cache drops or after (pruned), or with all of them
             // (which resets `last`).
-            // SAFETY: so the entry is live, and its boxed slot lives as long as it does.
+            // SAFETY: (E3) so the entry is live, and its boxed slot lives as long as it does.
             let slot = unsafe { &*self.last.batch.get() };
             return Some(f(slot));
         }
@@ -433,7 +446,7 @@ impl Domain {
             // `handle` is a copy of the handle boxed in this thread's entry for this cache,
             // removed only when the cache drops (impossible while `&self` lives) or the
             // thread's locals are destroyed or released (which also resets `last`); so the
-            // participant is registered. SAFETY: the stats block lives as long as
+            // participant is registered. SAFETY: (R2) the stats block lives as long as
             // `self.stats`.
             Ok(Some((handle, stats))) => (handle.pin(), unsafe { &*stats }),
             _ => self.pin_slow(),
@@ -459,7 +472,7 @@ impl Domain {
             },
             Err(_) => return self.pin_unregistered(),
         };
-        // As in `pin`. SAFETY: as in `pin`.
+        // As in `pin`. SAFETY: (R2) as in `pin`.
         (handle.pin(), unsafe { &*stats })
     }
 
@@ -597,7 +610,7 @@ mod tests {
         let (guard, _) = domain.pin();
         for _ in 0..3 {
             let runs = Arc::clone(&runs);
-            // SAFETY: the closure frees nothing.
+            // SAFETY: (E1) the closure frees nothing, so it may run anywhere, any time.
             unsafe {
                 domain.pending().defer(&guard, move || {
                     runs.fetch_add(1, Ordering::Relaxed);

@@ -100,7 +100,7 @@ where
             let pin = self.pin_for(shard, hash);
             let eq = |k: &K| match (&key, mine) {
                 (Some(q), _) => k == q,
-                // SAFETY: `mine` is ours (unlinked, or linked with our own count) and alive.
+                // SAFETY: (I1) `mine` is ours (unlinked, or linked with our own count) and alive.
                 (None, Some(n)) => k == unsafe { &*n }.key(),
                 (None, None) => unreachable!("the key is either held or moved into our node"),
             };
@@ -119,11 +119,11 @@ where
                             if !shard.link(&pos, node, &pin.guard) {
                                 continue;
                             }
-                            // SAFETY: we created `node` with one count, now the table's (I1),
+                            // SAFETY: (I1) we created `node` with one count, now the table's (I1),
                             // and our guard keeps it alive; take one for ourselves while
                             // building, before the guard goes.
                             unsafe { Arc::increment_strong_count(node) };
-                            // SAFETY: the count just taken keeps it alive.
+                            // SAFETY: (I1) the count just taken keeps it alive.
                             let held = unsafe { Arc::from_raw(node) };
                             drop(pin);
                             return self.build_into(held, shard, build);
@@ -137,7 +137,7 @@ where
                     pin.stats.bump(Counter::Miss);
                     let k = match (key.take(), mine.take()) {
                         (Some(k), _) => k,
-                        // SAFETY: an unlinked node of ours; we hold its only count.
+                        // SAFETY: (I1) an unlinked node of ours; we hold its only count.
                         (None, Some(n)) => unsafe { into_parts(n) }.0,
                         (None, None) => unreachable!(),
                     };
@@ -164,7 +164,7 @@ where
                         let value = arc_of(value);
                         self.touch(holder);
                         pin.stats.bump(Counter::Hit);
-                        // SAFETY: an unlinked node of ours, never shared.
+                        // SAFETY: (I1) an unlinked node of ours, never shared.
                         drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
                         return Served::Hit(value);
                     }
@@ -172,7 +172,7 @@ where
                     View::Loading => {
                         if node.builder() == token && token != 0 {
                             drop(pin);
-                            // SAFETY: as above.
+                            // SAFETY: (I1) as above.
                             drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
                             panic!(
                                 "runcache: a builder asked the same cache for the same key it \
@@ -190,20 +190,20 @@ where
                         let pin = self.pin();
                         if state == READY {
                             if let View::Ready { value, .. } = held.view(&pin.guard) {
-                                // SAFETY: as above.
+                                // SAFETY: (I1) as above.
                                 drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
                                 return Served::Shared(arc_of(value));
                             }
                         } else if state == DEAD {
                             match held.outcome() {
                                 Some(Outcome::Uncached(v)) => {
-                                    // SAFETY: as above.
+                                    // SAFETY: (I1) as above.
                                     drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
                                     return Served::Shared(Arc::clone(v));
                                 }
                                 Some(Outcome::Failed(e)) => {
                                     if let Ok(e) = Arc::clone(e).downcast::<E>() {
-                                        // SAFETY: as above.
+                                        // SAFETY: (I1) as above.
                                         drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
                                         return Served::Failed(e);
                                     }

@@ -1,4 +1,5 @@
-//! The engine: the only module with `unsafe` code.
+//! The engine: the cache's sharded table, its nodes and once-cell slots, the weight budget and
+//! the epoch reclamation; nothing a layer owns.
 //!
 //! A [`RawCache`] is an array of shards ([`table::Shard`], open-addressed tables of node
 //! pointers that migrate cooperatively when they fill), a weight [`counter::Budget`], and an
@@ -249,7 +250,7 @@ where
     fn shard(&self, hash: u64) -> &Shard<K, V> {
         let i = (hash >> 48) as usize & self.shard_mask;
         debug_assert!(i < self.shards.len());
-        // SAFETY: `shards` has `shard_mask + 1` elements, and `i <= shard_mask`.
+        // SAFETY: (I8) `shards` has `shard_mask + 1` elements, and `i <= shard_mask`.
         unsafe { self.shards.get_unchecked(i) }
     }
 
@@ -365,7 +366,7 @@ where
 /// # Safety
 /// - `n` came from `Arc::into_raw(Arc::new(..))`, was never linked, and is not used afterwards.
 unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<Arc<V>>) {
-    // SAFETY: never shared, so ours is the only count.
+    // SAFETY: (I1) never shared, so ours is the only count.
     let node = unsafe { Arc::from_raw(n) };
     Arc::try_unwrap(node)
         .unwrap_or_else(|_| unreachable!("a node that was never linked has one count"))

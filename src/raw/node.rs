@@ -2,6 +2,15 @@
 //!
 //! Nodes are allocated as `Arc<Node>`. Each table that points at a node holds one strong
 //! count of it (**I1**); builders, parked waiters and the eviction queues hold their own.
+//!
+//! # Invariants of the value cell
+//!
+//! - **N1 (cell ownership).** The cell word owns what it names: an untagged non-null word
+//!   is one strong count of an `Arc<V>`, a `FORWARD` word one strong count of the node it
+//!   forwards to, an `OUTCOME` word a `Box<Outcome<V>>` that nothing replaces. Whoever swaps
+//!   a word out of the cell takes over what it owns; `Drop` releases what is left, once.
+//! - **N2 (loom witness).** The loom-only weight witness is written once, by the builder,
+//!   before the Release that publishes the value, and read only after acquiring that value.
 
 #![allow(unsafe_code)]
 
@@ -86,11 +95,11 @@ pub(crate) struct Node<K, V> {
 #[cfg(not(runcache_loom))]
 const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 40);
 
-// SAFETY: a node owns a `K`, maybe an `Arc<V>`, an outcome and a node it forwards to; it
+// SAFETY: (N1) a node owns a `K`, maybe an `Arc<V>`, an outcome and a node it forwards to; it
 // moves between threads with them. All shared state is atomic (the loom-only witness is
 // written before the value is published and read after acquiring it).
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Node<K, V> {}
-// SAFETY: as above; `&K` and `&V` are handed to other threads, hence `K: Sync`, `V: Sync`.
+// SAFETY: (N1) as above; `&K` and `&V` are handed to other threads, hence `K: Sync`, `V: Sync`.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Node<K, V> {}
 
 impl<K, V> Node<K, V> {
@@ -119,7 +128,7 @@ impl<K, V> Node<K, V> {
     pub(crate) fn publish(&self, value: Arc<V>, weight: u64) {
         // Relaxed: published by the Release swap below.
         self.weight.store(weight, Ordering::Relaxed);
-        // SAFETY: only the builder writes, once, before the value is published; the witness
+        // SAFETY: (N2) only the builder writes, once, before the value is published; the witness
         // is read only after acquiring the value.
         #[cfg(runcache_loom)]
         self.witness.with_mut(|w| unsafe { *w = weight });
@@ -147,7 +156,7 @@ impl<K, V> Node<K, V> {
     pub(crate) fn acquired_weight(&self) -> u64 {
         #[cfg(runcache_loom)]
         self.witness.with(|w| {
-            // SAFETY: written once before the value was published; the caller acquired it.
+            // SAFETY: (N2) written once before the value was published; the caller acquired it.
             let witnessed = unsafe { *w };
             debug_assert_eq!(witnessed, self.weight());
         });
@@ -232,7 +241,7 @@ impl<K, V> Node<K, V> {
             if is_value(c) {
                 // The common case first: an untagged, non-null cell is the value. (Folding
                 // this into the general path below measured slower on 1M-key hits.)
-                // SAFETY: a value pointer from `Arc::into_raw`, alive while the guard is (I6).
+                // SAFETY: (I6) a value pointer from `Arc::into_raw`, alive while the guard is (I6).
                 let value = unsafe { &*(c as *const V) };
                 return View::Ready { node: n, value };
             }
@@ -250,7 +259,7 @@ impl<K, V> Node<K, V> {
                 n = next;
                 continue;
             }
-            // SAFETY: a value pointer from `Arc::into_raw`, alive while the guard is (I6).
+            // SAFETY: (I6) a value pointer from `Arc::into_raw`, alive while the guard is (I6).
             let value = unsafe { &*(c as *const V) };
             return View::Ready { node: n, value };
         }
@@ -274,7 +283,7 @@ impl<K, V> Node<K, V> {
     /// Takes the key and value back out of a node that was never shared.
     pub(crate) fn into_parts(self) -> (K, Option<Arc<V>>) {
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped, so the key is read out exactly once.
+        // SAFETY: (N1) `this` is never dropped, so the key is read out exactly once.
         let key = unsafe { std::ptr::read(&this.key) };
         // Relaxed: never shared.
         let c = this.value.load(Ordering::Relaxed);
@@ -282,7 +291,7 @@ impl<K, V> Node<K, V> {
             c & TAGS == 0 || c & TAGS == BUILDER,
             "a node never shared holds no outcome and forwards nowhere"
         );
-        // SAFETY: the cell's count of the value, taken out exactly once.
+        // SAFETY: (N1) the cell's count of the value, taken out exactly once.
         let value = is_value(c).then(|| unsafe { Arc::from_raw(c as *const V) });
         // The slot, the policy state and the (null) outcome own nothing that needs dropping.
         (key, value)
@@ -292,7 +301,7 @@ impl<K, V> Node<K, V> {
     pub(crate) fn outcome(&self) -> Option<&Outcome<V>> {
         // Relaxed: the caller read `DEAD` with Acquire, which pairs with `finish`'s Release.
         let c = self.value.load(Ordering::Relaxed);
-        // SAFETY: the outcome box lives until the node drops (nothing replaces an outcome),
+        // SAFETY: (N1) the outcome box lives until the node drops (nothing replaces an outcome),
         // and the caller keeps the node alive (a guard or an `Arc` count).
         (c & TAGS == OUTCOME).then(|| unsafe { &*((c & !TAGS) as *const Outcome<V>) })
     }
@@ -304,11 +313,11 @@ impl<K, V> Drop for Node<K, V> {
         let c = self.value.load(Ordering::Relaxed);
         let p = c & !TAGS;
         match c & TAGS {
-            // SAFETY: the cell's count of its value.
+            // SAFETY: (N1) the cell's count of its value.
             0 if c != 0 => drop(unsafe { Arc::from_raw(c as *const V) }),
-            // SAFETY: the cell's strong count of the node it forwards to.
+            // SAFETY: (N1) the cell's strong count of the node it forwards to.
             FORWARD => drop(unsafe { Arc::from_raw(p as *const Node<K, V>) }),
-            // SAFETY: created by `Box::into_raw` in `set_outcome`, owned by the cell.
+            // SAFETY: (N1) created by `Box::into_raw` in `set_outcome`, owned by the cell.
             OUTCOME => drop(unsafe { Box::from_raw(p as *mut Outcome<V>) }),
             _ => {}
         }
@@ -326,7 +335,7 @@ fn is_value(cell: usize) -> bool {
 /// The node a cell word forwards to, if it is a forward.
 #[inline]
 fn forward_of<'a, K, V>(cell: usize) -> Option<&'a Node<K, V>> {
-    // SAFETY: a forwarding cell holds a strong count of its target, so the target lives as
+    // SAFETY: (N1) a forwarding cell holds a strong count of its target, so the target lives as
     // long as the node whose cell was read, which the caller keeps alive for `'a`.
     (cell & TAGS == FORWARD).then(|| unsafe { &*((cell & !TAGS) as *const Node<K, V>) })
 }
@@ -345,7 +354,7 @@ pub(crate) fn unforward<K, V>(word: usize) -> *const Node<K, V> {
 /// The value a cell word holds, if it holds one.
 #[inline]
 pub(crate) fn value_of<'a, V>(cell: usize) -> Option<&'a V> {
-    // SAFETY: a value pointer from `Arc::into_raw`; the caller keeps it alive for `'a` (a
+    // SAFETY: (I6) a value pointer from `Arc::into_raw`; the caller keeps it alive for `'a` (a
     // guard under which the cell was read, I6).
     is_value(cell).then(|| unsafe { &*(cell as *const V) })
 }
@@ -354,7 +363,7 @@ pub(crate) fn value_of<'a, V>(cell: usize) -> Option<&'a V> {
 #[inline]
 pub(crate) fn arc_of<V>(value: &V) -> Arc<V> {
     let p: *const V = value;
-    // SAFETY: every value in a cell came from `Arc::into_raw` and is alive (the caller holds
+    // SAFETY: (I6) every value in a cell came from `Arc::into_raw` and is alive (the caller holds
     // it under a guard), so taking one more strong count is valid.
     unsafe {
         Arc::increment_strong_count(p);
@@ -365,7 +374,7 @@ pub(crate) fn arc_of<V>(value: &V) -> Arc<V> {
 /// Takes a count of a node found under a guard, so it outlives the guard.
 pub(crate) fn hold<K, V>(node: &Node<K, V>) -> Arc<Node<K, V>> {
     let p: *const Node<K, V> = node;
-    // SAFETY: `node` is alive (the caller is pinned) and was allocated as `Arc<Node>` (I1),
+    // SAFETY: (I1) `node` is alive (the caller is pinned) and was allocated as `Arc<Node>` (I1),
     // so taking one more strong count is valid.
     unsafe {
         Arc::increment_strong_count(p);

@@ -145,7 +145,7 @@ impl<'g, N> Word<'g, N> {
     /// guard was pinned (**H3**).
     #[inline]
     pub(crate) unsafe fn as_ref(self) -> Option<&'g N> {
-        // SAFETY: the caller's contract; a null address gives `None`.
+        // SAFETY: (H3) the caller's contract; a null address gives `None`.
         unsafe { self.as_raw().as_ref() }
     }
 
@@ -155,7 +155,7 @@ impl<'g, N> Word<'g, N> {
     /// As for [`as_ref`](Self::as_ref), and the word is not null.
     #[inline]
     pub(crate) unsafe fn deref(self) -> &'g N {
-        // SAFETY: the caller's contract.
+        // SAFETY: (H3) the caller's contract.
         unsafe { &*self.as_raw() }
     }
 }
@@ -213,12 +213,12 @@ mod tests {
         assert_eq!(frozen.as_raw(), node.cast_const());
         assert!(frozen.may_hold(hash_tag(hash)));
         assert_eq!(frozen.with_tag(0), w);
-        // SAFETY: `node` is a live box, and no guard is needed for it.
+        // SAFETY: (H3) `node` is a live box owned by this test, so no guard is needed for it.
         assert_eq!(unsafe { *frozen.deref() }, 7);
         let tomb: Word<'_, u64> = Word::null().with_tag(4);
         assert!(tomb.is_null());
         assert_eq!(tomb.tag(), 4);
-        // SAFETY: from `Box::into_raw` above, released once.
+        // SAFETY: (H3) from `Box::into_raw` above, released once.
         drop(unsafe { Box::from_raw(node) });
     }
 
@@ -246,7 +246,7 @@ mod tests {
             );
         }
         assert_eq!(slot.load(Ordering::Acquire, &guard), w);
-        // SAFETY: from `Box::into_raw` above, released once.
+        // SAFETY: (H3) from `Box::into_raw` above, released once.
         drop(unsafe { Box::from_raw(node) });
     }
 }

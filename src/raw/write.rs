@@ -55,14 +55,14 @@ where
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
-                    // SAFETY: linked, so the table holds a count and the node is alive; the
+                    // SAFETY: (I1) linked, so the table holds a count and the node is alive; the
                     // policy's queue takes one more (I1).
                     self.admit(unsafe { hold(&*node) });
                     return Ok(None);
                 }
                 shard.live.fetch_sub(1, Ordering::Relaxed);
                 self.budget.release(weight);
-                // SAFETY: the link failed, so the node was never shared.
+                // SAFETY: (I1) the link failed, so the node was never shared.
                 let (k, v) = unsafe { into_parts(node) };
                 (key, value) = (Some(k), v);
                 continue;
@@ -83,8 +83,8 @@ where
                     let forward = forward_to(Arc::clone(&new));
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
-                            // SAFETY: our CAS took the old value out of the cell; `shared` of
-                            // its weight now belongs to the new node (I5, I6).
+                            // SAFETY: (I5, I6) our CAS took the old value out of the cell; `shared`
+                            // of its weight now belongs to the new node (I5, I6).
                             let old =
                                 unsafe { self.retire_value(current, cell, shared, &pin.guard) };
                             // Swing the slot to the new node.
@@ -97,7 +97,7 @@ where
                         }
                         Err(_) => {
                             self.budget.release(weight - shared);
-                            // SAFETY: the cell did not take the count `forward` carries.
+                            // SAFETY: (N1) the cell did not take the count `forward` carries.
                             drop(unsafe { Arc::from_raw(node::unforward::<K, V>(forward)) });
                             let (k, v) = Arc::try_unwrap(new)
                                 .unwrap_or_else(|_| {
@@ -168,7 +168,7 @@ where
         let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
-        // SAFETY: the caller's contract.
+        // SAFETY: (I6) the caller's contract.
         unsafe { self.defer_value(cell as *const V, guard) };
         value
     }
@@ -179,7 +179,7 @@ where
     /// - `raw` is a count from `Arc::into_raw` that the caller owns, taken out of a cell by
     ///   the caller's own CAS (so no new reader can load it), released nowhere else.
     pub(super) unsafe fn defer_value(&self, raw: *const V, guard: &Guard) {
-        // SAFETY: current readers are pinned, and the collector runs the closure once, after
+        // SAFETY: (I6) current readers are pinned, and the collector runs the closure once, after
         // the last of them unpins.
         unsafe {
             self.domain
@@ -263,7 +263,7 @@ where
                 continue;
             }
             let value = value_of::<V>(cell)?;
-            // SAFETY: the cell's count stays where it is; this only lends `pred` the value
+            // SAFETY: (I6) the cell's count stays where it is; this only lends `pred` the value
             // as an `Arc` (never dropped here), alive under `guard` (I6).
             let lent = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(value as *const V) });
             if !pred(&lent) {
@@ -289,12 +289,12 @@ where
         let alone = if node.is_live(guard) {
             Some(raw)
         } else {
-            // SAFETY: our CAS took the value out of the cell: no new reader can load it, and
+            // SAFETY: (I6) our CAS took the value out of the cell: no new reader can load it, and
             // its count is ours to retire, once.
             unsafe { shard.unlink_with(node, Some(raw), guard) }
         };
         if let Some(raw) = alone {
-            // SAFETY: as above; the node was not unlinked here, so the value goes alone.
+            // SAFETY: (I6) as above; the node was not unlinked here, so the value goes alone.
             unsafe { self.defer_value(raw, guard) };
         }
         if let Some(value) = &value {

@@ -9,6 +9,7 @@ use super::buffer::DeviceBuffer;
 use super::context::{VulkanContext, FENCE_TIMEOUT};
 use super::error::VulkanError;
 use super::lock;
+use super::shared::Shared;
 use super::slab::*;
 use super::staging::Staging;
 use crate::constant::ConstantBuffer;
@@ -22,39 +23,6 @@ use gpu_allocator::vulkan::{
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings, MemoryLocation};
 use std::fmt;
 use std::sync::{Arc, Mutex};
-
-/// Shared by an allocator and the buffers it made, so a buffer can free itself.
-pub(super) struct Shared {
-    // Field order is drop order: staging slots and the allocator go before the context (the
-    // slab blocks are freed by `Drop for Shared`, before any field).
-    pub(super) staging: PoolManager<Option<Staging>>,
-    pub(super) slabs: Mutex<Slabs>,
-    pub(super) gpu: Mutex<Allocator>,
-    /// Bytes of live buffers made by this allocator.
-    pub(super) used: AtomicU64,
-    pub(super) soft_limit: AtomicU64,
-    pub(super) dedicated_threshold: u64,
-    pub(super) staging_size: u64,
-    pub(super) force_staging: bool,
-    pub(super) prechecks: bool,
-    pub(super) ctx: Arc<VulkanContext>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // Every buffer holds an `Arc` of this, so no slot is in use; the blocks go before the
-        // allocator they came from.
-        let slabs = std::mem::take(self.slabs.get_mut().unwrap_or_else(|p| p.into_inner()));
-        let gpu = self.gpu.get_mut().unwrap_or_else(|p| p.into_inner());
-        for block in slabs.blocks {
-            // SAFETY: made on this device; no buffer uses a slot of it any more.
-            unsafe { self.ctx.device.destroy_buffer(block.buffer, None) };
-            if let Err(e) = gpu.free(block.allocation) {
-                log::error!("runcache: gpu-allocator could not free a block: {e}");
-            }
-        }
-    }
-}
 
 /// Configures a [`VulkanAllocator`]; see [`VulkanAllocator::builder`].
 #[derive(Debug)]
@@ -330,10 +298,10 @@ impl VulkanAllocator {
             .size(size)
             .usage(BUFFER_USAGE)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: a valid device and create info.
+        // SAFETY: (V5) a valid device and create info.
         let buffer = unsafe { d.create_buffer(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, requested))?;
-        // SAFETY: the buffer was just made on this device.
+        // SAFETY: (V5) the buffer was just made on this device.
         let requirements = unsafe { d.get_buffer_memory_requirements(buffer) };
         let allocated = lock(&s.gpu).allocate(&AllocationCreateDesc {
             name,
@@ -349,17 +317,17 @@ impl VulkanAllocator {
         let allocation = match allocated {
             Ok(a) => a,
             Err(e) => {
-                // SAFETY: made above, never bound or used.
+                // SAFETY: (V3) made above, never bound or used.
                 unsafe { d.destroy_buffer(buffer, None) };
                 return Err(VulkanError::from_allocator(e, requested));
             }
         };
-        // SAFETY: the allocation's memory satisfies the buffer's requirements (gpu-allocator
+        // SAFETY: (V5) the allocation's memory satisfies the buffer's requirements (gpu-allocator
         // allocated it for them) at its offset; the buffer is bound once.
         let bound =
             unsafe { d.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
         if let Err(r) = bound {
-            // SAFETY: made above and not in use; the allocation is freed right after.
+            // SAFETY: (V3) made above and not in use; the allocation is freed right after.
             unsafe { d.destroy_buffer(buffer, None) };
             if let Err(e) = lock(&s.gpu).free(allocation) {
                 log::error!("runcache: gpu-allocator could not free an allocation: {e}");
@@ -445,7 +413,7 @@ impl VulkanAllocator {
     ) -> Result<(), VulkanError> {
         self.check(buffer, offset, bytes.len() as u64)?;
         if let Some(dst) = self.mapped(buffer) {
-            // SAFETY: `dst` maps the buffer's whole range (host-visible, coherent memory);
+            // SAFETY: (V4) `dst` maps the buffer's whole range (host-visible, coherent memory);
             // `check` kept the write inside it; `&mut` means no one else reads it now.
             unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(offset as usize), bytes.len())
@@ -456,7 +424,7 @@ impl VulkanAllocator {
         let staging = slot.as_ref().expect("filled by `staging`");
         for (i, chunk) in bytes.chunks(staging.size as usize).enumerate() {
             let at = offset + i as u64 * staging.size;
-            // SAFETY: the staging buffer is mapped, at least `chunk.len()` bytes long, and
+            // SAFETY: (V2, V4) the staging buffer is mapped, at least `chunk.len()` bytes long, and
             // idle (its last transfer was waited for).
             unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), staging.mapped, chunk.len()) };
             let region = vk::BufferCopy {
@@ -493,7 +461,7 @@ impl VulkanAllocator {
         self.check(buffer, offset, len)?;
         let mut out = vec![0u8; len as usize];
         if let Some(src) = self.mapped(buffer) {
-            // SAFETY: as in `write`; reading only, and the caller does not let the device
+            // SAFETY: (V4) as in `write`; reading only, and the caller does not let the device
             // write this buffer meanwhile (constants are read-only on the device).
             unsafe {
                 std::ptr::copy_nonoverlapping(src.add(offset as usize), out.as_mut_ptr(), out.len())
@@ -519,8 +487,8 @@ impl VulkanAllocator {
                 vk::PipelineStageFlags::HOST,
                 vk::AccessFlags::HOST_READ,
             )?;
-            // SAFETY: the transfer finished (fence) and the staging buffer holds `chunk.len()`
-            // bytes of it.
+            // SAFETY: (V2, V4) the transfer finished (fence) and the staging buffer holds
+            // `chunk.len()` bytes of it.
             unsafe {
                 std::ptr::copy_nonoverlapping(staging.mapped, chunk.as_mut_ptr(), chunk.len())
             };
@@ -545,7 +513,7 @@ impl VulkanAllocator {
             let Some((fence, buffer)) = self.retired.pop() else {
                 break;
             };
-            // SAFETY: the fence is valid until the buffer is released (`retire_after`'s
+            // SAFETY: (V3) the fence is valid until the buffer is released (`retire_after`'s
             // contract).
             match unsafe { self.shared.ctx.device.get_fence_status(fence) } {
                 Ok(true) | Err(_) => {
@@ -613,7 +581,7 @@ impl Drop for VulkanAllocator {
         // Wait for the fences of retired buffers, so none is freed while the device may use
         // it; a lost device or a timeout gives up waiting (nothing more can be done).
         while let Some((fence, buffer)) = self.retired.pop() {
-            // SAFETY: valid until released (`retire_after`'s contract).
+            // SAFETY: (V3) valid until released (`retire_after`'s contract).
             let _ = unsafe {
                 self.shared.ctx.device.wait_for_fences(
                     &[fence],

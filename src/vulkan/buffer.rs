@@ -3,8 +3,8 @@
 
 #![allow(unsafe_code)]
 
-use super::allocator::Shared;
 use super::lock;
+use super::shared::Shared;
 use super::slab::SlotId;
 use crate::constant::DeviceKind;
 use crate::constant::DeviceMemory;
@@ -14,11 +14,11 @@ use gpu_allocator::vulkan::Allocation;
 use std::fmt;
 use std::sync::Arc;
 
-/// A device-local Vulkan buffer made by a [`VulkanAllocator`]; freed when dropped.
+/// A device-local Vulkan buffer made by a [`VulkanAllocator`](super::VulkanAllocator); freed when dropped.
 ///
 /// **Contract:** the device must be done with the buffer before it drops. Hold its `Arc`
 /// (the cache's `Arc<ConstantBuffer>`) until every submission that reads it has completed, or
-/// hand it to [`VulkanAllocator::retire_after`] with that submission's fence.
+/// hand it to [`VulkanAllocator::retire_after`](super::VulkanAllocator::retire_after) with that submission's fence.
 pub struct DeviceBuffer {
     /// Its own buffer, or (for a slot) its block's, which it does not own.
     pub(super) buffer: vk::Buffer,
@@ -39,7 +39,7 @@ pub struct DeviceBuffer {
 
 impl DeviceBuffer {
     /// The `vk::Buffer` to bind in descriptor sets or copy from. A small buffer (up to
-    /// [`SLAB_MAX`]) shares it with others: use the range from [`offset`](Self::offset) for
+    /// [`SLAB_MAX`](super::SLAB_MAX)) shares it with others: use the range from [`offset`](Self::offset) for
     /// [`size`](Self::size) bytes, never the whole buffer.
     pub fn buffer(&self) -> vk::Buffer {
         self.buffer
@@ -89,7 +89,7 @@ impl Drop for DeviceBuffer {
             // The device is done with the range (the type's contract): its slot is free again.
             lock(&s.slabs).free[class].push((block, slot));
         } else if self.buffer != vk::Buffer::null() {
-            // SAFETY: made on this device; the device is done with it (the type's contract).
+            // SAFETY: (V3) made on this device; the device is done with it (the type's contract).
             unsafe { s.ctx.device.destroy_buffer(self.buffer, None) };
         }
         if let Some(a) = self.allocation.take() {

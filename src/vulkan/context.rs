@@ -33,7 +33,7 @@ unsafe extern "system" fn on_validation_message(
     data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
     user: *mut c_void,
 ) -> vk::Bool32 {
-    // SAFETY: `user` is the `ValidationSink` the context registered, boxed and alive until the
+    // SAFETY: (V1) `user` is the `ValidationSink` the context registered, boxed and alive until the
     // messenger is destroyed; the layer passes valid callback data whose `p_message`, when not
     // null, is a NUL-terminated string.
     let (sink, text) = unsafe {
@@ -103,12 +103,12 @@ impl VulkanContextBuilder {
     /// [`VulkanError::Loader`] when no loader can be loaded, [`VulkanError::NoDevice`] when no
     /// device qualifies, [`VulkanError::ValidationUnavailable`], or the driver's error.
     pub fn build(self) -> Result<Arc<VulkanContext>, VulkanError> {
-        // SAFETY: loading the system's Vulkan loader runs its initialisers; that is the
+        // SAFETY: (V5) loading the system's Vulkan loader runs its initialisers; that is the
         // documented way to use Vulkan without linking it at build time.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| VulkanError::Loader {
             source: WrappedError::new(e),
         })?;
-        // SAFETY: `entry` is a loaded loader.
+        // SAFETY: (V5) `entry` is a loaded loader.
         let layers = unsafe { entry.enumerate_instance_layer_properties() }
             .map_err(|r| VulkanError::from_vk("vkEnumerateInstanceLayerProperties", r, 0))?;
         if self.validation
@@ -135,7 +135,7 @@ impl VulkanContextBuilder {
             .application_info(&app)
             .enabled_layer_names(&layer_names)
             .enabled_extension_names(&ext_names);
-        // SAFETY: the create info and the strings it points to outlive the call.
+        // SAFETY: (V5) the create info and the strings it points to outlive the call.
         let instance = unsafe { entry.create_instance(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateInstance", r, 0))?;
         // From here on, `partial` destroys what was made if a later step fails.
@@ -159,7 +159,7 @@ impl VulkanContextBuilder {
                 )
                 .pfn_user_callback(Some(on_validation_message))
                 .user_data(&*sink as *const ValidationSink as *mut c_void);
-            // SAFETY: the sink is boxed, so its address is stable, and it is dropped only
+            // SAFETY: (V1) the sink is boxed, so its address is stable, and it is dropped only
             // after the messenger is destroyed (`Partial::drop`, `VulkanContext::drop`).
             let messenger = unsafe { loader.create_debug_utils_messenger(&info, None) }
                 .map_err(|r| VulkanError::from_vk("vkCreateDebugUtilsMessengerEXT", r, 0))?;
@@ -169,7 +169,7 @@ impl VulkanContextBuilder {
                 sink,
             });
         }
-        // SAFETY: a valid instance.
+        // SAFETY: (V5) a valid instance.
         let devices = unsafe { instance.enumerate_physical_devices() }
             .map_err(|r| VulkanError::from_vk("vkEnumeratePhysicalDevices", r, 0))?;
         let transfer =
@@ -177,7 +177,7 @@ impl VulkanContextBuilder {
         let (physical, family) = devices
             .iter()
             .find_map(|&pd| {
-                // SAFETY: `pd` came from this instance.
+                // SAFETY: (V5) `pd` came from this instance.
                 let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
                 families
                     .iter()
@@ -185,7 +185,7 @@ impl VulkanContextBuilder {
                     .map(|i| (pd, i as u32))
             })
             .ok_or(VulkanError::NoDevice)?;
-        // SAFETY: `physical` came from this instance.
+        // SAFETY: (V5) `physical` came from this instance.
         let extensions = unsafe { instance.enumerate_device_extension_properties(physical) }
             .map_err(|r| VulkanError::from_vk("vkEnumerateDeviceExtensionProperties", r, 0))?;
         let memory_budget = extensions
@@ -203,16 +203,16 @@ impl VulkanContextBuilder {
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_extension_names(&device_exts);
-        // SAFETY: `physical` belongs to `instance`; the create info outlives the call.
+        // SAFETY: (V5) `physical` belongs to `instance`; the create info outlives the call.
         let device = unsafe { instance.create_device(physical, &info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateDevice", r, 0))?;
         partial.device = Some(device.clone());
-        // SAFETY: queue 0 of `family` was requested above.
+        // SAFETY: (V5) queue 0 of `family` was requested above.
         let queue = unsafe { device.get_device_queue(family, 0) };
         let validation = partial.validation.take();
         partial.device = None;
         partial.instance = None;
-        // SAFETY: every handle was just made together, from this entry.
+        // SAFETY: (V1) every handle was just made together, from this entry.
         Ok(Arc::new(unsafe {
             VulkanContext::assemble(
                 entry,
@@ -238,8 +238,8 @@ pub(super) struct Partial {
 
 impl Drop for Partial {
     fn drop(&mut self) {
-        // SAFETY: each handle was made by `build`, is used by nothing else, and is destroyed
-        // once, children before their parent.
+        // SAFETY: (V1, V3) each handle was made by `build`, is used by nothing else, and is
+        // destroyed once, children before their parent.
         unsafe {
             if let Some(d) = self.device.take() {
                 d.destroy_device(None);
@@ -276,11 +276,11 @@ pub struct VulkanContext {
     pub(super) device_heap: Option<usize>,
 }
 
-// SAFETY: Vulkan handles may be used from any thread; the calls that need external
+// SAFETY: (V2) Vulkan handles may be used from any thread; the calls that need external
 // synchronization (queue submission) go through `queue_lock`, and command pools are owned by
 // one staging slot at a time.
 unsafe impl Send for VulkanContext {}
-// SAFETY: as above.
+// SAFETY: (V2) as above.
 unsafe impl Sync for VulkanContext {}
 
 impl VulkanContext {
@@ -310,7 +310,7 @@ impl VulkanContext {
         queue_family: u32,
         memory_budget: bool,
     ) -> Arc<Self> {
-        // SAFETY: the caller's contract.
+        // SAFETY: (V1) the caller's contract.
         Arc::new(unsafe {
             Self::assemble(
                 entry,
@@ -340,7 +340,7 @@ impl VulkanContext {
         owned: bool,
         validation: Option<Validation>,
     ) -> Self {
-        // SAFETY: `physical` belongs to `instance` (the caller's contract).
+        // SAFETY: (V5) `physical` belongs to `instance` (the caller's contract).
         let (properties, memory) = unsafe {
             (
                 instance.get_physical_device_properties(physical),
@@ -355,7 +355,7 @@ impl VulkanContext {
         let max_allocation_size = if properties.api_version >= vk::API_VERSION_1_1 {
             let mut m3 = vk::PhysicalDeviceMaintenance3Properties::default();
             let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut m3);
-            // SAFETY: a 1.1 device and a 1.1 instance; the chain outlives the call.
+            // SAFETY: (V5) a 1.1 device and a 1.1 instance; the chain outlives the call.
             unsafe { instance.get_physical_device_properties2(physical, &mut p2) };
             m3.max_memory_allocation_size
         } else {
@@ -460,7 +460,7 @@ impl VulkanContext {
         }
         let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
         let mut p2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
-        // SAFETY: the extension is enabled (the constructor's contract); the chain outlives
+        // SAFETY: (V5) the extension is enabled (the constructor's contract); the chain outlives
         // the call.
         unsafe {
             self.instance
@@ -511,8 +511,8 @@ impl Drop for VulkanContext {
         if !self.owned {
             return;
         }
-        // SAFETY: this context made the device and instance; everything made from them holds
-        // an `Arc` of the context, so nothing is left that uses them. Children go first.
+        // SAFETY: (V1, V3) this context made the device and instance; everything made from them
+        // holds an `Arc` of the context, so nothing is left that uses them. Children go first.
         unsafe {
             let _ = self.device.device_wait_idle();
             self.device.destroy_device(None);

@@ -45,6 +45,28 @@
 //! Where holding it is awkward, [`VulkanAllocator::retire_after`] takes the `Arc` and a fence
 //! and lets go of it once the fence has signalled.
 //!
+//! # Invariants
+//!
+//! Every `// SAFETY:` comment in this layer names the rule it relies on:
+//!
+//! - **V1 (ownership of the handles).** A context made by [`VulkanContext::builder`] owns its
+//!   instance, device and debug messenger, which were made together from one loaded entry;
+//!   the messenger's sink is boxed and outlives it. A context made by
+//!   [`VulkanContext::from_raw`] borrows the caller's handles and destroys none of them.
+//! - **V2 (threads).** Vulkan handles may be used from any thread. The one externally
+//!   synchronized call, queue submission, goes through the context's queue lock; a staging
+//!   slot (its buffer, mapping, command pool and fence) is used by one thread at a time,
+//!   the one that reserved it from the pool manager.
+//! - **V3 (destruction order).** A handle is destroyed once, after the device is done with
+//!   it, and before its parent: buffers and memory before the device, the device before the
+//!   instance. Everything made from a context holds an `Arc` of it, so the context is
+//!   destroyed last.
+//! - **V4 (host access).** The host reads or writes mapped memory only inside the mapped
+//!   range, only when the device does not use it at the same time (a fence was waited for,
+//!   or the buffer is a read-only constant), and through `&mut` for writes.
+//! - **V5 (valid calls).** Each driver call gets handles that are alive and made on the same
+//!   device or instance, and create infos whose pointers outlive the call.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -73,6 +95,7 @@ mod allocator;
 mod buffer;
 mod context;
 mod error;
+mod shared;
 mod slab;
 mod staging;
 

@@ -46,7 +46,7 @@ pub(super) fn placement(a: &Allocation) -> (vk::DeviceMemory, u64, usize) {
         .mapped_ptr()
         .filter(|_| coherent)
         .map_or(0, |p| p.as_ptr() as usize);
-    // SAFETY: only reads the handle; the allocation is alive.
+    // SAFETY: (V3) only reads the handle; the allocation is alive.
     (unsafe { a.memory() }, a.offset(), mapped)
 }
 

@@ -21,7 +21,7 @@ pub(super) struct Staging {
     pub(super) fence: vk::Fence,
 }
 
-// SAFETY: the mapped pointer and the handles are used by one thread at a time (the slot is
+// SAFETY: (V2) the mapped pointer and the handles are used by one thread at a time (the slot is
 // reserved from the pool manager), and Vulkan handles may move between threads.
 unsafe impl Send for Staging {}
 
@@ -44,10 +44,10 @@ impl Staging {
             .size(size)
             .usage(vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: a valid device and create info.
+        // SAFETY: (V5) a valid device and create info.
         s.buffer = unsafe { d.create_buffer(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateBuffer", r, size))?;
-        // SAFETY: the buffer was just made on this device.
+        // SAFETY: (V5) the buffer was just made on this device.
         let req = unsafe { d.get_buffer_memory_requirements(s.buffer) };
         let wanted = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
         let index = (0..ctx.memory.memory_type_count)
@@ -58,13 +58,13 @@ impl Staging {
         let alloc = vk::MemoryAllocateInfo::default()
             .allocation_size(req.size)
             .memory_type_index(index);
-        // SAFETY: a valid allocate info for a type the buffer accepts.
+        // SAFETY: (V5) a valid allocate info for a type the buffer accepts.
         s.memory = unsafe { d.allocate_memory(&alloc, None) }
             .map_err(|r| VulkanError::from_vk("vkAllocateMemory", r, size))?;
-        // SAFETY: the memory fits the buffer's requirements and is bound once.
+        // SAFETY: (V5) the memory fits the buffer's requirements and is bound once.
         unsafe { d.bind_buffer_memory(s.buffer, s.memory, 0) }
             .map_err(|r| VulkanError::from_vk("vkBindBufferMemory", r, size))?;
-        // SAFETY: host-visible memory, mapped once, whole.
+        // SAFETY: (V4) host-visible memory, mapped once, whole.
         s.mapped =
             unsafe { d.map_memory(s.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
                 .map_err(|r| VulkanError::from_vk("vkMapMemory", r, size))?
@@ -75,17 +75,17 @@ impl Staging {
                     | vk::CommandPoolCreateFlags::TRANSIENT,
             )
             .queue_family_index(ctx.queue_family);
-        // SAFETY: a valid device and family.
+        // SAFETY: (V5) a valid device and family.
         s.pool = unsafe { d.create_command_pool(&info, None) }
             .map_err(|r| VulkanError::from_vk("vkCreateCommandPool", r, 0))?;
         let info = vk::CommandBufferAllocateInfo::default()
             .command_pool(s.pool)
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
-        // SAFETY: a valid pool.
+        // SAFETY: (V5) a valid pool.
         s.commands = unsafe { d.allocate_command_buffers(&info) }
             .map_err(|r| VulkanError::from_vk("vkAllocateCommandBuffers", r, 0))?[0];
-        // SAFETY: a valid device.
+        // SAFETY: (V5) a valid device.
         s.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(|r| VulkanError::from_vk("vkCreateFence", r, 0))?;
         Ok(s)
@@ -104,7 +104,7 @@ impl Staging {
         let d = &self.ctx.device;
         // The command buffer, pool and fence belong to this slot, which one thread holds at a
         // time, and the slot's previous submission was waited for and its fence reset.
-        // SAFETY: so the command buffer may be reset and re-recorded; both buffers are alive
+        // SAFETY: (V2) so the command buffer may be reset and re-recorded; both buffers are alive
         // (the caller holds them) until the fence wait below returns.
         unsafe {
             d.reset_command_buffer(self.commands, vk::CommandBufferResetFlags::empty())
@@ -151,8 +151,8 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         let d = &self.ctx.device;
-        // SAFETY: the slot's handles were made on this device and are idle (every submission
-        // was waited for); null handles are ignored by the destroy calls.
+        // SAFETY: (V2, V3) the slot's handles were made on this device and are idle (every
+        // submission was waited for); null handles are ignored by the destroy calls.
         unsafe {
             if self.fence != vk::Fence::null() {
                 d.destroy_fence(self.fence, None);

@@ -38,7 +38,7 @@ impl<K: Eq, V> Shard<K, V> {
             .iter()
             .filter(|slot| {
                 let s = slot.load(Ordering::Acquire, guard);
-                // SAFETY: as in `find`.
+                // SAFETY: (H3) as in `find`.
                 unsafe { s.as_ref() }.is_some_and(|n| n.resolve().is_live(guard))
             })
             .count();
@@ -109,13 +109,13 @@ impl<K: Eq, V> Shard<K, V> {
         // Acquire: as in `root`. A root that is not `table` any more was advanced by another
         // thread.
         let old = self.root.load(Ordering::Acquire, guard);
-        // SAFETY: as in `root`.
+        // SAFETY: (H5) as in `root`.
         if !std::ptr::addr_eq(unsafe { old.deref() }, table) {
             return;
         }
         // Relaxed: the caller reached `next` through this pointer with Acquire already.
         let new = table.next.load(Ordering::Relaxed, guard);
-        // SAFETY: a table's successor outlives the guard (see `Table::next`).
+        // SAFETY: (H5) a table's successor outlives the guard (see `Table::next`).
         debug_assert!(unsafe { new.as_ref() }.is_some_and(|n| std::ptr::addr_eq(n, next)));
         // Release: pairs with the Acquire load in `root`, publishing the copies. Relaxed on
         // failure: another thread advanced it first.
@@ -127,8 +127,8 @@ impl<K: Eq, V> Shard<K, V> {
             self.set_hint(next, guard);
             // Relaxed: a statistic.
             self.migrations.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: the root no longer points at `table` and nothing else leads to it, so
-            // only threads pinned now can reach it; it is destroyed after they unpin (H3).
+            // SAFETY: (H3, H5) the root no longer points at `table` and nothing else leads to it,
+            // so only threads pinned now can reach it; it is destroyed after they unpin (H3).
             unsafe { self.pending.defer(guard, move || drop(old.into_owned())) };
         }
     }
@@ -151,7 +151,7 @@ impl<K: Eq, V> Shard<K, V> {
                 // EMPTY → SEALED, TOMB → TOMB|MOVED.
                 s.with_tag(s.tag() | MOVED)
             } else if s.tag() & FROZEN == 0 {
-                // SAFETY: as below.
+                // SAFETY: (H3) as below.
                 if unsafe { s.deref() }.resolve().is_live(guard) {
                     s.with_tag(FROZEN)
                 } else {
@@ -161,7 +161,7 @@ impl<K: Eq, V> Shard<K, V> {
                     s.with_tag(MOVED)
                 }
             } else {
-                // SAFETY: a node read under `guard` outlives it (H3). A replaced node is
+                // SAFETY: (H3) a node read under `guard` outlives it (H3). A replaced node is
                 // copied as its replacement.
                 let node = unsafe { s.deref() }.resolve();
                 if node.is_live(guard) {
@@ -189,7 +189,7 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
         let slot = &next.slots[i];
         let mut s = slot.load(Ordering::Acquire, guard);
         loop {
-            // SAFETY: as above.
+            // SAFETY: (H3) as above.
             match unsafe { s.as_ref() } {
                 // Another key's node: not loaded.
                 Some(_) if !s.may_hold(tag) => break,
@@ -221,7 +221,7 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
                             return;
                         }
                         Err(current) => {
-                            // SAFETY: the count we took for the slot, never shared.
+                            // SAFETY: (I1) the count we took for the slot, never shared.
                             drop(unsafe { Arc::from_raw(p) });
                             s = current;
                         }

@@ -45,6 +45,11 @@
 //!   node. Copies then fill at most a quarter of it and writers claim at most half, so every
 //!   table keeps an `EMPTY` slot and every probe ends. Sizing by live nodes also makes a
 //!   table full of dead ones migrate at its own size, or smaller.
+//! - **H5 (table memory).** A table is one allocation, made by `Pointable::init` with its
+//!   header first (`repr(C)`, `mask` its first field, written once) and `mask + 1` slot
+//!   words after it, so its length is rebuilt from `mask` and every index masked by it is in
+//!   bounds. It is reached under a guard only while the root or an older table leads to it,
+//!   retired only after the root moved past it, and freed once, by its last owner.
 //!
 //! A table is retired (through the epoch) by the thread whose CAS moves the shard's root past
 //! it, after every slot is moved. A table's migration starts only when it is the root, so
@@ -52,15 +57,17 @@
 
 #![allow(unsafe_code)]
 
+mod array;
 mod migrate;
 mod walk;
 
+use array::Table;
+
 use crate::raw::epoch::Pending;
 use crate::raw::node::Node;
-use crate::raw::word::{hash_tag, SlotWord, Word, HASH_TAGS};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
-use crossbeam_epoch::{Atomic, Guard, Owned, Pointable, Shared};
-use std::alloc::{self, Layout};
+use crate::raw::word::{hash_tag, Word, HASH_TAGS};
+use crate::sync::{AtomicUsize, Ordering};
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::sync::Arc;
 
 /// The node may not change any more; it is being copied to the next table.
@@ -89,192 +96,6 @@ const IN_FLIGHT: u64 = 1 << 32;
 /// `Table::used`, bit 63: migration has begun; no claim may be reserved any more.
 const MIGRATING: u64 = 1 << 63;
 
-/// A table: its header and, in the same allocation, its slots, so a probe reaches a slot
-/// from the table's address without loading a pointer to a separate array. `S` is the slot
-/// array: `[SlotWord; 0]` for [`TableHead`], the header alone (which gives the layout), and
-/// a slice for [`Table`], which crossbeam-epoch allocates through [`Pointable`].
-#[repr(C)]
-struct TableOf<K, V, S: ?Sized> {
-    /// The slot count less one (the slot count is a power of two). First: [`Pointable::deref`]
-    /// reads it to rebuild the slice's length.
-    mask: usize,
-    /// Claims, claims in flight and the `MIGRATING` bit, in one word (**H4**).
-    used: AtomicU64,
-    /// The table this one migrates into; null until migration starts.
-    next: Atomic<Table<K, V>>,
-    /// Slots handed out to migrating threads (may run past the slot count).
-    claimed: AtomicUsize,
-    /// Slots moved so far.
-    moved: AtomicUsize,
-    slots: S,
-}
-
-/// A table with its slots.
-type Table<K, V> = TableOf<K, V, [SlotWord<Node<K, V>>]>;
-
-/// A table's header, sized: the layout of what precedes the slots.
-type TableHead<K, V> = TableOf<K, V, [SlotWord<Node<K, V>>; 0]>;
-
-impl<K, V> Table<K, V> {
-    /// The table at `ptr` (from [`Pointable::init`]) as a pointer with its slice length,
-    /// rebuilt from the header's `mask`.
-    ///
-    /// # Safety
-    /// - `ptr` came from `init` and is not freed.
-    unsafe fn fat(ptr: usize) -> *mut Self {
-        // SAFETY: `mask` is the header's first field (`repr(C)`), written once by `init`.
-        let mask = unsafe { *(ptr as *const usize) };
-        std::ptr::slice_from_raw_parts_mut(ptr as *mut SlotWord<Node<K, V>>, mask + 1) as *mut Self
-    }
-
-    /// The layout of a table of `slots` slots: the header, then the slots.
-    fn layout(slots: usize) -> Layout {
-        Layout::new::<TableHead<K, V>>()
-            .extend(Layout::array::<SlotWord<Node<K, V>>>(slots).expect("a table's size fits"))
-            .expect("a table's size fits")
-            .0
-            .pad_to_align()
-    }
-}
-
-/// `init` returns an allocation of `layout(slots)` holding an initialized header and `slots`
-/// initialized slot words, aligned to `ALIGN`; `deref` rebuilds the slice's length from the
-/// header, which never changes; `drop` frees with the layout of that same value.
-impl<K, V> Pointable for Table<K, V> {
-    const ALIGN: usize = std::mem::align_of::<TableHead<K, V>>();
-
-    /// The slot count, a power of two of at least `MIN_SLOTS`.
-    type Init = usize;
-
-    unsafe fn init(slots: usize) -> usize {
-        debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
-        let layout = Self::layout(slots);
-        // SAFETY: the layout has a non-zero size (the header's).
-        let head = unsafe { alloc::alloc(layout) }.cast::<TableHead<K, V>>();
-        if head.is_null() {
-            alloc::handle_alloc_error(layout);
-        }
-        // SAFETY: `head` is a fresh allocation of `layout`, which starts with the header and
-        // continues with room for `slots` slot words, right after it (`repr(C)`).
-        unsafe {
-            head.write(TableOf {
-                mask: slots - 1,
-                used: AtomicU64::new(0),
-                next: Atomic::null(),
-                claimed: AtomicUsize::new(0),
-                moved: AtomicUsize::new(0),
-                slots: [],
-            });
-            let first = std::ptr::addr_of_mut!((*head).slots).cast::<SlotWord<Node<K, V>>>();
-            for i in 0..slots {
-                first.add(i).write(SlotWord::null());
-            }
-        }
-        debug_assert_eq!(
-            // SAFETY: initialized above.
-            Layout::for_value(unsafe { Self::deref(head as usize) }),
-            layout
-        );
-        head as usize
-    }
-
-    unsafe fn deref<'a>(ptr: usize) -> &'a Self {
-        // SAFETY: the caller's contract (`ptr` came from `init` and is not freed).
-        unsafe { &*Self::fat(ptr) }
-    }
-
-    unsafe fn deref_mut<'a>(ptr: usize) -> &'a mut Self {
-        // SAFETY: as in `deref`; the caller holds the only reference.
-        unsafe { &mut *Self::fat(ptr) }
-    }
-
-    unsafe fn drop(ptr: usize) {
-        // SAFETY: the caller owns the table: no thread reaches it any more (it was retired
-        // through the epoch, never shared, or the shard is dropping).
-        let table = unsafe { Self::deref_mut(ptr) };
-        for slot in table.slots.iter() {
-            // SAFETY: as above, nothing else reads the slot.
-            let p = slot.load(Ordering::Relaxed, unsafe { crossbeam_epoch::unprotected() });
-            if !p.is_null() {
-                // SAFETY: the table's strong count of every node it points at (H3).
-                drop(unsafe { Arc::from_raw(p.as_raw()) });
-            }
-        }
-        let layout = Layout::for_value(table);
-        // SAFETY: the table was initialized by `init` in an allocation of this layout, and is
-        // not used again.
-        unsafe {
-            std::ptr::drop_in_place(table as *mut Self);
-            alloc::dealloc(ptr as *mut u8, layout);
-        }
-    }
-}
-
-impl<K, V> Table<K, V> {
-    #[inline]
-    fn len(&self) -> usize {
-        self.mask + 1
-    }
-
-    /// Slot `i & mask` (the hit path's access, without a bounds check).
-    #[inline(always)]
-    fn slot(&self, i: usize) -> &SlotWord<Node<K, V>> {
-        let i = i & self.mask;
-        debug_assert!(i < self.slots.len());
-        // SAFETY: `slots` has `mask + 1` elements, and `i & mask <= mask`.
-        unsafe { self.slots.get_unchecked(i) }
-    }
-
-    /// Reserves a claim (**H4**): `false` once claims reach half the slots, or once the
-    /// table migrates. The caller settles it with [`settle`](Self::settle).
-    ///
-    /// A `replacement` (a dead node's slot, taken by a new node of its key) takes no new
-    /// slot: it is only counted in flight, so the migration's sizing sees it, and it is
-    /// refused only once the table migrates.
-    fn reserve(&self, replacement: bool) -> bool {
-        let (limit, claim) = if replacement {
-            (u64::MAX, 0)
-        } else {
-            ((self.len() / 2) as u64, 1)
-        };
-        // Relaxed: the word publishes nothing; it only bounds claims, and read-modify-writes
-        // see its latest value whatever the ordering.
-        let mut u = self.used.load(Ordering::Relaxed);
-        loop {
-            if u & MIGRATING != 0 || u & CLAIMS >= limit {
-                return false;
-            }
-            match self.used.compare_exchange_weak(
-                u,
-                u + claim + IN_FLIGHT,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(now) => u = now,
-            }
-        }
-    }
-
-    /// Settles a reserved claim: it is no longer in flight, and a claim counts only if it
-    /// landed.
-    fn settle(&self, landed: bool, replacement: bool) {
-        // Relaxed: as in `reserve`.
-        self.used.fetch_sub(
-            IN_FLIGHT + u64::from(!landed && !replacement),
-            Ordering::Relaxed,
-        );
-    }
-
-    fn next<'g>(&self, guard: &'g Guard) -> Option<&'g Table<K, V>> {
-        // Acquire: pairs with the Release CAS in `Shard::start_migration`.
-        let n = self.next.load(Ordering::Acquire, guard);
-        // SAFETY: a table reached under `guard` is retired only after the root moved past it,
-        // and its successor only after that, so both outlive the guard (see the module docs).
-        unsafe { n.as_ref() }
-    }
-}
-
 /// Where a key stands in the newest table: `slot` is its slot or the `EMPTY` slot to claim
 /// for it, `current` what that slot held, `found` the key's node if it is live.
 pub(crate) struct Position<'g, K, V> {
@@ -301,11 +122,11 @@ pub(crate) struct Shard<K, V> {
     pending: Arc<Pending>,
 }
 
-// SAFETY: a shard owns its tables and, through them, counts of its nodes, which hold `K` and
+// SAFETY: (H3) a shard owns its tables and, through them, counts of its nodes, which hold `K` and
 // `Arc<V>`; they are dropped on whichever thread runs the deferred destructor or drops the
 // cache, so `K: Send` and `V: Send + Sync` are required for the shard to move between threads.
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Shard<K, V> {}
-// SAFETY: every shared access goes through atomics; `&K` and `&V` are handed to other
+// SAFETY: (H3) every shared access goes through atomics; `&K` and `&V` are handed to other
 // threads, hence `K: Sync` and `V: Sync`.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
@@ -319,7 +140,7 @@ impl<K: Eq, V> Shard<K, V> {
             migrations: AtomicUsize::new(0),
             pending,
         };
-        // SAFETY: the shard is not shared yet.
+        // SAFETY: (H5) the shard is not shared yet.
         let guard = unsafe { crossbeam_epoch::unprotected() };
         shard.set_hint(shard.root(guard), guard);
         shard
@@ -358,8 +179,8 @@ impl<K: Eq, V> Shard<K, V> {
             let base = self.hint_slots.load(Ordering::Relaxed);
             let mask = self.hint_mask.load(Ordering::Relaxed);
             let addr = base.wrapping_add((hash as usize & mask) * std::mem::size_of::<usize>());
-            // SAFETY: `prefetch` is a hint to the cache: it never faults and reads nothing
-            // into the program, whatever the address.
+            // SAFETY: (none needed) `prefetch` is a hint to the cache: it never faults and reads
+            // nothing into the program, whatever the address.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
         }
         #[cfg(not(all(target_arch = "x86_64", not(runcache_loom))))]
@@ -371,7 +192,7 @@ impl<K: Eq, V> Shard<K, V> {
         // Acquire: pairs with the Release CAS in `finish`, so the new root's slots (and the
         // copies in them) are visible.
         let t = self.root.load(Ordering::Acquire, guard);
-        // SAFETY: the root is never null, and a table reached under `guard` outlives it.
+        // SAFETY: (H5) the root is never null, and a table reached under `guard` outlives it.
         unsafe { t.deref() }
     }
 
@@ -409,7 +230,7 @@ impl<K: Eq, V> Shard<K, V> {
                 // Acquire: pairs with the Release CAS that stored the node (claim, replace or
                 // copy), so its fields are visible.
                 let s = table.slot(i).load(Ordering::Acquire, guard);
-                // SAFETY: a node read from a slot under `guard` outlives the guard (H3).
+                // SAFETY: (H3) a node read from a slot under `guard` outlives the guard (H3).
                 match unsafe { s.as_ref() } {
                     None if s.tag() == MOVED => {
                         table = table.next(guard)?;
@@ -455,7 +276,7 @@ impl<K: Eq, V> Shard<K, V> {
                     continue 'tables;
                 }
                 let s = table.slots[i].load(Ordering::Acquire, guard);
-                // SAFETY: as in `find`.
+                // SAFETY: (H3) as in `find`.
                 match unsafe { s.as_ref() } {
                     None if s.tag() == MOVED => {
                         table = self.successor(table, guard);
@@ -557,8 +378,8 @@ impl<K: Eq, V> Shard<K, V> {
             .is_ok();
         table.settle(landed, !claim);
         if landed && !claim {
-            // SAFETY: our CAS took the dead node out of the slot, with the table's count of
-            // it (H3).
+            // SAFETY: (H3, I1) our CAS took the dead node out of the slot, with the table's count
+            // of it (H3).
             unsafe { retire(pos.current, None, &self.pending, guard) };
         }
         landed
@@ -567,7 +388,7 @@ impl<K: Eq, V> Shard<K, V> {
     /// Unlinks a dead node, if it is still where it was linked (its slot turns `TOMB`). A
     /// node that a migration has frozen is left to it: the copy skips dead nodes.
     pub(crate) fn unlink(&self, node: &Node<K, V>, guard: &Guard) {
-        // SAFETY: no value comes along.
+        // SAFETY: (H3) no value comes along.
         let _ = unsafe { self.unlink_with(node, None, guard) };
     }
 
@@ -618,7 +439,7 @@ impl<K: Eq, V> Shard<K, V> {
                                 )
                                 .is_ok()
                             {
-                                // SAFETY: our CAS took the node out of the slot (H3); the
+                                // SAFETY: (H3, I6) our CAS took the node out of the slot (H3); the
                                 // caller's contract covers `value`.
                                 unsafe { retire(s, value, &self.pending, guard) };
                                 return None;
@@ -677,9 +498,9 @@ fn swing<K, V>(
         Ordering::Relaxed,
         guard,
     ) {
-        // SAFETY: our CAS took the replaced node out of the slot, with the table's count.
+        // SAFETY: (H3, I1) our CAS took the replaced node out of the slot, with the table's count.
         Ok(_) => unsafe { retire(current, None, pending, guard) },
-        // SAFETY: the count we took for the slot, never shared.
+        // SAFETY: (I1) the count we took for the slot, never shared.
         Err(_) => drop(unsafe { Arc::from_raw(p) }),
     }
 }
@@ -702,7 +523,7 @@ unsafe fn retire<K, V>(
     // Null for none: two words, so that with `Pending`'s count the closure still fits
     // crossbeam's inline storage (three words) instead of a boxed allocation.
     let value = value.unwrap_or(std::ptr::null());
-    // SAFETY: readers that can still reach `raw` or `value` are pinned; the closure runs
+    // SAFETY: (I1, I6) readers that can still reach `raw` or `value` are pinned; the closure runs
     // after they unpin. Both came from `Arc::into_raw` (I1, I6).
     unsafe {
         pending.defer(guard, move || {
@@ -716,7 +537,7 @@ unsafe fn retire<K, V>(
 
 impl<K, V> Drop for Shard<K, V> {
     fn drop(&mut self) {
-        // SAFETY: `&mut self`: no guard of this cache exists, so the tables are ours: the
+        // SAFETY: (H5) `&mut self`: no guard of this cache exists, so the tables are ours: the
         // root and, if a migration was under way, the table it was copying into.
         unsafe {
             let guard = crossbeam_epoch::unprotected();

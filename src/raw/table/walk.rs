@@ -39,7 +39,7 @@ impl<K: Eq, V> Shard<K, V> {
                 if s.tag() & MOVED != 0 {
                     continue;
                 }
-                // SAFETY: as in `find`.
+                // SAFETY: (H3) as in `find`.
                 if let Some(n) = unsafe { s.as_ref() } {
                     if !f(n) {
                         return;
@@ -96,7 +96,7 @@ impl<K: Eq, V> Shard<K, V> {
                     return Err(format!("slot {i} is frozen in a quiet cache"));
                 }
                 taken += usize::from(!s.is_null() || s.tag() & TOMB != 0);
-                // SAFETY: as in `find`.
+                // SAFETY: (H3) as in `find`.
                 let Some(n) = (unsafe { s.as_ref() }) else {
                     continue;
                 };
@@ -142,7 +142,7 @@ impl<'g, K, V> Iterator for Walk<'g, K, V> {
             self.index += 1;
             // Acquire: as in `find`.
             let s = slot.load(Ordering::Acquire, self.guard);
-            // SAFETY: a node read from a slot under `guard` outlives the guard (H3), whatever
+            // SAFETY: (H3) a node read from a slot under `guard` outlives the guard (H3), whatever
             // the slot's tag.
             if let Some(n) = unsafe { s.as_ref() } {
                 return Some(n);
