@@ -541,26 +541,40 @@ where
     }
 
     /// Runs the destructors of values that left the cache (removed, replaced, evicted,
-    /// cleared) and that nobody holds any more, as far as other threads allow.
+    /// cleared) and that nobody holds any more, as far as other threads allow. Never needed
+    /// for correctness: it only makes now what happens anyway.
     ///
     /// A value that leaves the cache is not dropped at once: a reader on another thread may
     /// still be looking at it through a [`pin`](Self::pin) handle, so it is dropped through
-    /// the cache's epoch collector once no such reader can remain. That happens on its own as
-    /// threads use the cache; `reclaim` makes it happen now for everything no pinned thread
-    /// can still see — useful when values hold scarce memory (a GPU buffer) and the cache has
-    /// gone quiet. The constant caches call it after every removal.
+    /// the cache's epoch collector once no such reader can remain. That happens on its own:
     ///
-    /// One exception: a value that a thread retired waits with that thread until it hands its
-    /// retirements over, and other threads cannot reach it. (A removal or an eviction usually
-    /// retires one item, its entry's node and value together; the thread gathers items in
-    /// batches of 32, and batches in its epoch bag of 64.) A thread hands them over when its
-    /// bag fills (2,048 items); when a value removed, replaced or evicted weighs a
-    /// sixty-fourth of the capacity or more; when the values the thread retired since its
-    /// last hand-over weigh that much together and number eight or more (handing over costs
-    /// an allocation, so light values go in groups); at the end of a clear or a shrink; when
-    /// the thread calls `reclaim` itself; and when it exits.
+    /// - A thread gathers what it retires in batches of 32. A batch reaches the collector
+    ///   when eight full ones have gathered, at once for a value weighing a sixty-fourth of
+    ///   the capacity or more, once the values it retired since its last hand-over weigh that
+    ///   much together and number eight or more, and at the end of a clear or a shrink.
+    /// - Every thread that uses the cache takes, once every 256 of its calls, the batches of
+    ///   the next two threads registered with the cache, in turn. So what a thread retired
+    ///   before it went idle is taken to the collector after at most 256 × (⌈R / 2⌉ + 1)
+    ///   calls by any one other thread, with R the threads registered with the cache, and
+    ///   freed once the epoch has advanced twice after that, which those calls also do
+    ///   (about 256 more).
+    /// - A thread that exits hands its batch over.
+    /// - Dropping the cache drops every value it still owns before `drop` returns, whichever
+    ///   threads retired them and whether or not they are alive.
+    ///
+    /// `reclaim` makes it happen now for everything no pinned thread can still see, which
+    /// every thread retired: useful when values hold scarce memory (a GPU buffer) and the
+    /// cache has gone quiet. The constant caches call it after every removal, so that their
+    /// buffers' memory comes back before the call returns.
     pub fn reclaim(&self) {
         self.raw.reclaim();
+    }
+
+    /// For tests: retired items (a removed entry's node and value, a replaced value, a
+    /// retired table) handed to the epoch collector since the cache was made.
+    #[doc(hidden)]
+    pub fn __handed_over(&self) -> u64 {
+        self.raw.handed_over()
     }
 
     /// For tests: table slots over all shards (they grow as entries are added).

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{drops, with_caches, Tracked};
+use common::{drops, with_caches, IdleWorker, Tracked};
 use runcache::{Cache, ConfigError, Lookup, Source, WhenFull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -88,16 +88,13 @@ fn reclaim_drops_removed_values_nobody_holds_while_the_cache_lives() {
 
 #[test]
 fn retired_values_reach_the_collector_by_weight() {
-    // A thread hands the values it removed, replaced or evicted to the collector at once if
-    // one weighs a sixty-fourth of the capacity, else once they weigh that much together and
-    // number eight; until then they wait in its own epoch bag, where another thread's
-    // `reclaim` cannot reach them.
+    // A thread hands what it removed, replaced or evicted to the collector at once if one
+    // value weighs a sixty-fourth of the capacity, else once they weigh that much together
+    // and number eight; until then they wait in its batch (or, full batches, on the cache's
+    // ready stack). `__handed_over` counts what reached the collector: each removal retires
+    // one item (the entry's node and value together), each table a migration replaced one
+    // more.
     let d = drops();
-    let others_reclaim = |c: &Cache<u64, Tracked>| {
-        thread::scope(|s| {
-            s.spawn(|| c.reclaim());
-        })
-    };
     // A cache of `capacity` holding keys `0..held`, of which `0..removed` are then removed.
     let removed_from = |capacity: u64, held: u64, removed: u64| {
         let c = Cache::<u64, Tracked>::new(capacity);
@@ -111,56 +108,166 @@ fn retired_values_reach_the_collector_by_weight() {
     };
     // Capacity 64: every removal weighs a sixty-fourth, so it is handed over at once.
     let small = removed_from(64, 1, 1);
-    others_reclaim(&small);
-    assert_eq!(
-        d.load(Ordering::SeqCst),
-        1,
+    assert!(
+        small.__handed_over() >= 1,
         "a heavy removal is handed over at once"
     );
 
     // Capacity 6,400: a hundred removals make a sixty-fourth.
     let big = removed_from(6_400, 100, 99);
-    others_reclaim(&big);
-    // Some went with the bags that filled (64 retirements each); the rest still wait.
-    let freed = d.load(Ordering::SeqCst) - 1;
-    assert!(
-        freed < 99,
-        "light removals wait for their thread: {freed} freed"
-    );
+    assert_eq!(big.__handed_over(), 0, "99 light removals wait");
     drop(big.remove(&99));
-    others_reclaim(&big);
-    assert_eq!(
-        d.load(Ordering::SeqCst),
-        101,
+    assert!(
+        big.__handed_over() >= 100,
         "the hundredth removal hands all of them over"
     );
-    // This thread's own `reclaim` hands over whatever it holds, whatever it weighs.
-    big.insert(7, Tracked::new(7, &d)).unwrap();
-    drop(big.remove(&7));
-    big.reclaim();
-    assert_eq!(d.load(Ordering::SeqCst), 102);
 
     // A sixty-fourth of 187 is 2: light values go eight at a time, not two.
     let small_light = removed_from(187, 8, 7);
-    others_reclaim(&small_light);
-    assert_eq!(d.load(Ordering::SeqCst), 102, "seven light removals wait");
+    assert_eq!(small_light.__handed_over(), 0, "seven light removals wait");
     drop(small_light.remove(&7));
-    others_reclaim(&small_light);
-    assert_eq!(
-        d.load(Ordering::SeqCst),
-        110,
+    assert!(
+        small_light.__handed_over() >= 8,
         "the eighth hands all of them over"
     );
 
     // Evictions follow the same rule: in a full cache of 64, each one weighs a sixty-fourth.
     let full = removed_from(64, 65, 0);
     assert_eq!(full.stats().evictions, 1);
-    others_reclaim(&full);
-    assert_eq!(
-        d.load(Ordering::SeqCst),
-        111,
+    assert!(
+        full.__handed_over() >= 1,
         "a heavy eviction is handed over at once"
     );
+
+    // Whatever waits, another thread's `reclaim` reaches it and frees it.
+    let waiting = removed_from(6_400, 50, 40);
+    assert_eq!(waiting.__handed_over(), 0);
+    let before = d.load(Ordering::SeqCst);
+    thread::scope(|s| {
+        s.spawn(|| waiting.reclaim());
+    });
+    assert_eq!(
+        d.load(Ordering::SeqCst) - before,
+        40,
+        "another thread's reclaim frees them"
+    );
+    drop((small, big, small_light, full, waiting));
+    assert_eq!(d.load(Ordering::SeqCst), 1 + 100 + 8 + 65 + 50);
+}
+
+#[test]
+fn dropping_a_cache_drops_what_a_live_idle_worker_removed() {
+    // The shape of every runtime: a long-lived worker removes entries, lets go of the cache
+    // and waits, alive and idle. Dropping the cache must drop everything, the worker's
+    // removals included, before `drop` returns.
+    for removals in [5_u64, 40, 100] {
+        let d = drops();
+        let c = Arc::new(Cache::<u64, Tracked>::new(1 << 20));
+        for k in 0..200 {
+            c.insert(k, Tracked::new(k, &d)).unwrap();
+        }
+        let worker = {
+            let c = Arc::clone(&c);
+            IdleWorker::after(move || {
+                for k in 0..removals {
+                    drop(c.remove(&k));
+                }
+                drop(c);
+            })
+        };
+        drop(c);
+        assert_eq!(
+            d.load(Ordering::SeqCst),
+            200,
+            "every value drops with the cache, the worker still alive"
+        );
+        worker.finish();
+        assert_eq!(d.load(Ordering::SeqCst), 200, "and none twice");
+    }
+}
+
+#[test]
+fn an_idle_threads_retirements_are_freed_by_other_threads_calls() {
+    // A worker removes light values (they wait in its batch), then idles, alive. The main
+    // thread's own calls (lookups only) must free them within the documented bound: at most
+    // 256 x (ceil(R / 2) + 1) calls to take the batch (R = 2 registrations here), and the
+    // epoch's advances after that.
+    let d = drops();
+    let c = Arc::new(Cache::<u64, Tracked>::new(1 << 20));
+    for k in 0..100 {
+        c.insert(k, Tracked::new(k, &d)).unwrap();
+    }
+    c.get(&99); // the main thread is registered before the worker
+    let worker = {
+        let c = Arc::clone(&c);
+        IdleWorker::after(move || {
+            for k in 0..10 {
+                drop(c.remove(&k));
+            }
+        })
+    };
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        0,
+        "light removals wait in the worker's batch"
+    );
+    const BOUND: usize = 256 * 2 + 512;
+    let mut calls = 0;
+    while d.load(Ordering::SeqCst) < 10 && calls < 100 * BOUND {
+        assert!(c.get(&(50 + calls as u64 % 50)).is_some());
+        calls += 1;
+    }
+    assert_eq!(
+        d.load(Ordering::SeqCst),
+        10,
+        "the idle worker's removals are freed"
+    );
+    assert!(
+        calls <= BOUND,
+        "freed after {calls} calls, more than the bound {BOUND}"
+    );
+    worker.finish();
+}
+
+#[test]
+fn scoped_workers_retirements_are_freed_though_the_scope_ends_first() {
+    // A scope returns before its threads' thread-locals are destroyed, so their batches may
+    // still be held when it does. `reclaim` reaches them anyway, and dropping the cache
+    // frees everything, whether or not those threads finished exiting.
+    for round in 0..20 {
+        let d = drops();
+        let c = Cache::<u64, Tracked>::new(1_000);
+        thread::scope(|s| {
+            for t in 0..4_u64 {
+                let (c, d) = (&c, &d);
+                s.spawn(move || {
+                    for k in 0..500 {
+                        let key = t * 10_000 + k;
+                        c.insert(key, Tracked::new(key, d)).unwrap();
+                        if k % 2 == 0 {
+                            drop(c.remove(&key));
+                        }
+                    }
+                });
+            }
+        });
+        let made = 4 * 500;
+        if round % 2 == 0 {
+            c.reclaim();
+            let live = c.len();
+            assert_eq!(
+                d.load(Ordering::SeqCst),
+                made - live,
+                "every value that left the cache is freed by reclaim"
+            );
+        }
+        drop(c);
+        assert_eq!(
+            d.load(Ordering::SeqCst),
+            made,
+            "everything drops with the cache"
+        );
+    }
 }
 
 #[test]

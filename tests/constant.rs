@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::TestAllocator;
+use common::{IdleWorker, TestAllocator};
 use proptest::prelude::*;
 use runcache::constant::{
     parse_capacity_config, AddError, CapacityConfig, ConstantCache, ConstantKey, MAX_CAPACITY_MB,
@@ -162,6 +162,58 @@ fn held_buffers_survive_removal_and_count_as_pinned() {
         c.get(key(99)); // pins and unpins, which advances reclamation
     }
     assert_eq!(c.pinned_bytes(), 0);
+}
+
+#[test]
+fn pinned_bytes_return_to_zero_through_other_threads_calls_alone() {
+    // A worker removes a buffer nobody holds while a reader on another thread is in the
+    // middle of a lookup (it holds the epoch), so the removal's own `reclaim` cannot free it.
+    // Then the worker idles, alive, and the reader lets go. The main thread's calls alone
+    // (lookups of other keys) must bring `pinned_bytes` back to 0, within the bound of
+    // `Cache::reclaim`'s docs (three threads registered: 256 x 3 calls, then about 512).
+    let c = Arc::new(ConstantCache::with_capacity_bytes(DeviceKind::Cpu, MIB));
+    for k in 0..4 {
+        c.get_or_add(key(k), 512, || filled(512, k as u8)).unwrap();
+    }
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let c = Arc::clone(&c);
+        thread::spawn(move || {
+            let hold = c.__hold_epoch();
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            drop(hold);
+        })
+    };
+    held_rx.recv().unwrap();
+    let worker = {
+        let c = Arc::clone(&c);
+        IdleWorker::after(move || assert!(c.remove_if_exist(key(0))))
+    };
+    assert_eq!(
+        c.pinned_bytes(),
+        512,
+        "the reader holds the epoch: nothing is freed yet"
+    );
+    release_tx.send(()).unwrap();
+    reader.join().unwrap();
+    const BOUND: usize = 256 * 3 + 512;
+    let mut calls = 0;
+    while c.pinned_bytes() > 0 && calls < 100 * BOUND {
+        assert!(c.get(key(1 + calls as u64 % 3)).is_some());
+        calls += 1;
+    }
+    assert_eq!(
+        c.pinned_bytes(),
+        0,
+        "freed through the main thread's calls alone"
+    );
+    assert!(
+        calls <= BOUND,
+        "freed after {calls} calls, more than the bound {BOUND}"
+    );
+    worker.finish();
 }
 
 #[test]

@@ -225,6 +225,55 @@ fn a_removed_value_drops_once_after_its_last_holder() {
     });
 }
 
+/// A cache that checks, when the last handle drops it, that every value it owned is gone by
+/// the time its `drop` returns.
+struct CheckedDrop {
+    cache: Option<Cache<u32, Tracked, Fixed>>,
+    drops: Arc<AtomicUsize>,
+    values: usize,
+}
+
+impl Drop for CheckedDrop {
+    fn drop(&mut self) {
+        drop(self.cache.take());
+        assert_eq!(
+            self.drops.load(Ordering::Relaxed),
+            self.values,
+            "every value is dropped before the cache's drop returns"
+        );
+    }
+}
+
+/// (d') Dropping the cache races the last retirement of a thread that then exits: the
+/// thread removes a value and lets go of the cache, the main thread lets go of its own
+/// handle, and whichever is last drops the cache. Everything (the thread's batch, the ready
+/// stack, the collector's queue) must be dropped before that `drop` returns, whether the
+/// thread's exit releases its registration before, during or after it; nothing twice.
+#[test]
+fn dropping_the_cache_races_a_threads_last_retirement_and_exit() {
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let cache = builder::<Tracked>().build().unwrap();
+        assert!(cache.insert(1, Tracked(drops.clone())).is_ok());
+        assert!(cache.insert(2, Tracked(drops.clone())).is_ok());
+        let c = Arc::new(CheckedDrop {
+            cache: Some(cache),
+            drops: drops.clone(),
+            values: 2,
+        });
+        let c2 = c.clone();
+        let worker = thread::spawn(move || {
+            let cache = c2.cache.as_ref().expect("not dropped while held");
+            drop(cache.remove(&1));
+            drop(c2);
+            runcache::__loom_thread_exit();
+        });
+        drop(c);
+        worker.join().unwrap();
+        assert_eq!(drops.load(Ordering::Relaxed), 2, "each value drops once");
+    });
+}
+
 /// (e) A `clear` racing a build: the remover may empty the cell after the builder published
 /// its value but before it finished the slot. Exactly one of them must then unlink the node —
 /// it is neither marked while still building (a debug assertion) nor left dead and linked.

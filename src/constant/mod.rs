@@ -278,6 +278,13 @@ impl ConstantCache {
         self.cache.reclaim();
     }
 
+    /// For tests: holds this cache's epoch on the calling thread, as a reader in the middle of
+    /// a lookup does, until the handle drops (so buffers removed meanwhile cannot be freed).
+    #[doc(hidden)]
+    pub fn __hold_epoch(&self) -> crate::cache::Pinned<'_, ConstantKey, ConstantBuffer> {
+        self.cache.pin()
+    }
+
     /// Bytes of cached buffers. Never blocks, not even while a build is in flight.
     pub fn size(&self) -> u64 {
         self.cache.weighted_size()

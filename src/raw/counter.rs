@@ -148,7 +148,7 @@ pub(crate) const HAND_OVER_LIGHT: u64 = 8;
 /// One thread's counters.
 pub(crate) struct StatsBlock {
     counts: [AtomicU64; COUNTERS],
-    /// The values this thread retired since it last handed its epoch bag to the collector:
+    /// The values this thread retired since it last handed its retirements to the collector:
     /// their weight (bits 8–63) and their count (bits 0–7); see `RawCache::retired`.
     unflushed: AtomicU64,
     /// Whether only one thread writes this block (then a load and a store are exact).

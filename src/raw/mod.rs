@@ -44,9 +44,10 @@
 //!   through the epoch collector, so a reader that loaded the value under a guard may still
 //!   borrow it or take an `Arc` of it. The `V` itself lives until its last `Arc` drops.
 //! - **I7 (reclamation domain).** Each cache has its own collector. Everything it retired runs
-//!   by the time the collector's last handle drops (a thread's batch of retirements goes to
-//!   the collector before that thread's handle drops); the live contents are dropped by the
-//!   cache's own `Drop`, once, when the cache drops.
+//!   by the time the cache's `drop` returns: the drop releases every thread's registration
+//!   (its batch of retirements goes to the collector, its handle is finalized), whether that
+//!   thread is alive or not, so the cache's own reference is the collector's last (E4, E5 in
+//!   `epoch`). The live contents are dropped by the cache's own `Drop`, once.
 
 #![allow(unsafe_code)]
 
@@ -232,6 +233,11 @@ where
     /// See [`Domain::reclaim`].
     pub(crate) fn reclaim(&self) {
         self.domain.reclaim();
+    }
+
+    /// Retired items handed to the collector so far (a statistic for tests).
+    pub(crate) fn handed_over(&self) -> u64 {
+        self.domain.pending().handed()
     }
 
     /// Whether `guard` belongs to this cache.

@@ -189,23 +189,19 @@ where
     }
 
     /// Notes that this thread retired a value of `weight` (removed, replaced or evicted), and
-    /// hands its retirements (its batch, then its epoch bag: `Pending::hand_over`) to the
-    /// collector when that is due: at once for a value weighing
+    /// hands its retirements (its batch and the cache's ready stack: `Pending::hand_over`) to
+    /// the collector when that is due: at once for a value weighing
     /// [`1/HAND_OVER`](HAND_OVER) of the capacity (at least 1) or more, else once the values
     /// retired since the last hand-over weigh that much and number at least eight (see
     /// `StatsBlock::hand_over_due`).
     ///
-    /// A value retired into a bag reaches the collector only when the bag fills (64 batches
-    /// of 32 retirements) or is flushed; until then a thread that stops using the cache keeps
-    /// it alive, however long. Flushing after every removal bounded that to nothing but cost a
-    /// sealed ~2 KB bag (an allocation and two copies) per removal, 41% of the instructions
-    /// of conc-map-bench's rapid-grow mix; evictions, which happen on every miss of a full
-    /// cache, never flushed, and could leave a heavy value waiting. Pacing by weight keeps
-    /// what may wait on a quiet thread proportionate: heavy values (a buffer weighed in
-    /// bytes) are handed over at once, light ones in batches, so what waits is either under
-    /// a sixty-fourth of the cache by weight or fewer than eight light values (under an
-    /// eighth). The floor of eight keeps a small cache of light entries (187 by count: a
-    /// sixty-fourth is two) from sealing a bag every other miss.
+    /// A light value waits in the thread's batch until the batch fills, another thread's
+    /// maintenance or `reclaim` takes it, or the thread exits (`raw/epoch/retire.rs`); a
+    /// heavy one (a buffer weighed in bytes) should not wait even that long. Each hand-over
+    /// seals a ~2 KB bag of crossbeam's (an allocation and two copies), so light values go in
+    /// groups: what waits is either under a sixty-fourth of the cache by weight or fewer than
+    /// eight light values. The floor of eight keeps a small cache of light entries (187 by
+    /// count: a sixty-fourth is two) from sealing a bag every other miss.
     ///
     /// `capacity` is the budget's, as the caller last read it (an evictor has it in hand, so
     /// the budget's contended line is not read again per eviction).
@@ -234,9 +230,9 @@ where
     /// own, if `how` hands it back. A caller that only evicts does not, and when no listener
     /// needs it either, no reference count of the value is written here.
     ///
-    /// The value goes to this thread's batch of retirements, then its epoch bag, which reach
-    /// the collector only when the bag fills or they are handed over: see
-    /// [`retired`](Self::retired) for when a removal or an eviction hands them over.
+    /// The value goes to this thread's batch of retirements, which reaches the collector as
+    /// `raw/epoch/retire.rs` describes: see [`retired`](Self::retired) for when a removal or
+    /// an eviction hands it over at once.
     pub(super) fn take_if(
         &self,
         node: &Node<K, V>,

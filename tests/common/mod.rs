@@ -143,3 +143,32 @@ pub fn on_threads(n: usize, work: impl Fn(usize) + Send + Sync + 'static) {
         h.join().expect("a worker thread panicked");
     }
 }
+
+/// A thread that has run its work and stays alive and idle, as a worker of a long-lived pool
+/// does, until [`finish`](Self::finish) lets it end. Its thread-locals (epoch registrations
+/// included) live as long as it does.
+pub struct IdleWorker {
+    go: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl IdleWorker {
+    /// Runs `work` on a new thread and returns once it is done; the thread then waits.
+    pub fn after(work: impl FnOnce() + Send + 'static) -> Self {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            work();
+            done_tx.send(()).expect("the test waits for the work");
+            let _ = go_rx.recv();
+        });
+        done_rx.recv().expect("the worker's work panicked");
+        Self { go, thread }
+    }
+
+    /// Lets the thread end, and joins it.
+    pub fn finish(self) {
+        let _ = self.go.send(());
+        self.thread.join().expect("the worker panicked");
+    }
+}

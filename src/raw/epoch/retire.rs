@@ -1,0 +1,393 @@
+//! Retirements: what a cache hands to its collector, gathered per thread in batches, and the
+//! ways a batch reaches the collector.
+//!
+//! A thread's retirements for a cache go into the batch of its [`Registration`]. A full batch
+//! goes onto the cache's *ready stack*. The stack is deferred to the collector as one function,
+//! and the deferring thread's bag flushed to the collector's queue at once (**E5**):
+//!
+//! - when it holds [`READY`] batches;
+//! - at every hand-over of the weight rule (`RawCache::retired`), of a clear, a shrink, or a
+//!   build that cached nothing (the caller's own batch goes first);
+//! - on `reclaim`, which takes every registration's batch first;
+//! - on the maintenance any thread runs once every [`MAINTENANCE_PINS`] pins of the cache,
+//!   which first takes the batches of the next [`VISITS`] registrations in turn;
+//! - when a registration is released (its thread exits or prunes it, or the cache drops).
+//!
+//! So a retirement waits in an idle thread's batch only until other threads' work reaches it,
+//! and never where the cache's `Drop` cannot.
+
+#![allow(unsafe_code)]
+
+use super::registry::{Registration, Registry};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crossbeam_epoch::Guard;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+/// Retirements a thread gathers into one [`Batch`] (one under loom, so that every model hands
+/// each retirement to the ready stack at once).
+///
+/// crossbeam-epoch wraps every deferred function in a bag entry and seals a full bag (64
+/// entries) into a ~2 KB allocation. Deferring each retired item on its own took a bag entry
+/// per retirement, plus four read-modify-writes of [`Pending`]'s line, which every thread
+/// retiring from the cache shares; a batch takes two of those writes for 32 retirements.
+pub(super) const BATCH: usize = if cfg!(runcache_loom) { 1 } else { 32 };
+
+/// Full batches on the ready stack that make the pusher defer the stack (two under loom, so
+/// that the models also see batches left on the stack). Each deferral seals a bag (a ~2 KB
+/// allocation), so eight batches share one: one per 256 retirements.
+const READY: usize = if cfg!(runcache_loom) { 2 } else { 8 };
+
+/// A thread runs the maintenance (see the module docs) once every this many pins of one
+/// cache; never under loom (0), since a branch on every pin multiplies the models' paths.
+pub(crate) const MAINTENANCE_PINS: u32 = if cfg!(runcache_loom) { 0 } else { 256 };
+
+/// Registrations whose batch one maintenance takes.
+pub(crate) const VISITS: usize = 2;
+
+/// Everything this cache handed to its collector whose destructor has not run yet, the
+/// cache's registrations, and its ready stack.
+///
+/// Shared with each deferred destructor (which may run after the cache is gone, on whichever
+/// thread collects) and with each thread's entry for the cache, so [`Domain::reclaim`] can
+/// tell when everything has been freed. Every deferred function of this cache's own
+/// retirements holds counted items, so a round that frees one lowers the count; only bags of
+/// crossbeam's own queue nodes (which collecting itself retires) do not, and those queue up
+/// behind the bags they came from. A retirement counts from when it is deferred: until then it
+/// waits in a batch or on the ready stack, where the cache reaches it.
+///
+/// [`Domain::reclaim`]: super::Domain::reclaim
+pub(crate) struct Pending {
+    count: AtomicU64,
+    /// Every item ever handed to the collector (for tests: `Cache::__handed_over`).
+    handed: AtomicU64,
+    /// The id of the cache whose retirements these are.
+    pub(super) id: u64,
+    pub(super) registry: Registry,
+    /// Full batches waiting to be deferred together: a stack linked through `Batch::next`.
+    ready: AtomicPtr<Batch>,
+}
+
+impl Pending {
+    pub(super) fn new(id: u64) -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            handed: AtomicU64::new(0),
+            id,
+            registry: Registry::new(),
+            ready: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Items handed to the collector whose destructor has not run yet.
+    pub(super) fn count(&self) -> u64 {
+        // Relaxed: a progress count (see `Retiring`).
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Items ever handed to the collector (whether or not they have run since).
+    pub(crate) fn handed(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.handed.load(Ordering::Relaxed)
+    }
+
+    /// Hands `free` to `guard`'s collector, counted here until it has run: gathered into the
+    /// calling thread's batch for this cache when it fits one (two words) and the thread has
+    /// a registration here, else deferred on its own at once (with a flush, **E5**).
+    ///
+    /// # Safety
+    /// As [`Guard::defer_unchecked`]: `free` may run on any thread once no thread pinned now
+    /// is pinned any more, and must be sound then. `guard` pins this cache's collector.
+    pub(crate) unsafe fn defer(self: &Arc<Self>, guard: &Guard, free: impl FnOnce()) {
+        let item = match Retired::new(free) {
+            Ok(item) => item,
+            Err(free) => {
+                // SAFETY: (E1) the caller's contract.
+                unsafe { self.defer_counted(guard, 1, free) };
+                guard.flush();
+                return;
+            }
+        };
+        let mut item = Some(item);
+        // The full batch, if this one filled it, goes on outside the thread-local borrow:
+        // handing it over may run destructors that use other caches on this thread.
+        let full = super::with_registration(self.id, |reg| {
+            gather(reg, item.take().expect("gathered once"))
+        });
+        if let Some(item) = item {
+            // SAFETY: (E1) the caller's contract; dropping `item` runs `free`.
+            unsafe { self.defer_counted(guard, 1, move || drop(item)) };
+            guard.flush();
+        } else if let Some(Some(batch)) = full {
+            // SAFETY: (E1) the caller's contract, for every item of the batch.
+            unsafe { self.push_ready(batch, guard) };
+        }
+    }
+
+    /// Hands the calling thread's batch for this cache (if any) and the ready stack to
+    /// `guard`'s collector, and so to the collector's queue, where any thread's collection
+    /// can free what expired.
+    pub(crate) fn hand_over(self: &Arc<Self>, guard: &Guard) {
+        super::with_registration(self.id, |reg| self.take_from(reg));
+        self.defer_ready(guard);
+    }
+
+    /// The maintenance: takes the batches of the next [`VISITS`] registrations to the ready
+    /// stack, and hands the stack over if it holds anything.
+    pub(super) fn maintain(self: &Arc<Self>, guard: &Guard) {
+        for _ in 0..VISITS {
+            if let Some(reg) = self.registry.next_visit() {
+                self.take_from(reg);
+            }
+        }
+        self.defer_ready(guard);
+    }
+
+    /// Takes every registration's batch to the ready stack and hands the stack over; `true`
+    /// if some registration was being released meanwhile (its releaser hands its batch over
+    /// itself, a moment later).
+    pub(super) fn hand_over_all(self: &Arc<Self>, guard: &Guard) -> bool {
+        let mut releasing = false;
+        for reg in self.registry.iter() {
+            self.take_from(reg);
+            releasing |= reg.releaser().is_some();
+        }
+        self.defer_ready(guard);
+        releasing
+    }
+
+    /// Moves `reg`'s batch, if it has one, to the ready stack.
+    pub(super) fn take_from(&self, reg: &Registration) {
+        if let Some(batch) = take_batch(reg) {
+            self.push(batch);
+        }
+    }
+
+    /// Pushes a full batch; defers the stack once it holds [`READY`] batches.
+    ///
+    /// # Safety
+    /// As [`defer`](Self::defer), for every item of `batch`.
+    unsafe fn push_ready(self: &Arc<Self>, batch: Box<Batch>, guard: &Guard) {
+        if self.push(batch) >= READY {
+            self.defer_ready(guard);
+        }
+    }
+
+    /// Pushes `batch` onto the ready stack; returns how many batches the stack held then.
+    fn push(&self, mut batch: Box<Batch>) -> usize {
+        // Relaxed: the CAS below publishes the batch.
+        let mut head = self.ready.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: (E1) a batch on the stack is freed only by a deferred function, which
+            // runs after this thread (pinned, as every caller is) unpins, or by the cache's
+            // `Drop`, when no thread pushes; so `head` is alive.
+            batch.depth = 1 + unsafe { head.as_ref() }.map_or(0, |h| h.depth);
+            batch.next = head;
+            let depth = batch.depth;
+            let raw = Box::into_raw(batch);
+            // Release: pairs with the Acquire swap in `defer_ready` and `drop_ready`, which
+            // then own the batch and its items.
+            match self
+                .ready
+                .compare_exchange_weak(head, raw, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return depth,
+                Err(actual) => {
+                    head = actual;
+                    // SAFETY: (E1) not published: still ours.
+                    batch = unsafe { Box::from_raw(raw) };
+                }
+            }
+        }
+    }
+
+    /// Takes the whole ready stack and hands it to `guard`'s collector as one deferred
+    /// function, then flushes the thread's bag to the collector's queue (**E5**); does
+    /// nothing if the stack is empty.
+    fn defer_ready(self: &Arc<Self>, guard: &Guard) {
+        // Acquire: pairs with the Release CAS in `push`.
+        let head = self.ready.swap(std::ptr::null_mut(), Ordering::Acquire);
+        if !head.is_null() {
+            // SAFETY: (E1) the swap made the stack ours; every batch on it was pushed by a
+            // thread that owned it, and its items were retired under guards of this
+            // collector, before this hand-over.
+            let chain = unsafe { Box::from_raw(head) };
+            let n = chain.total();
+            // SAFETY: (E1, E2) as above; dropping the chain runs its retirements.
+            unsafe { self.defer_counted(guard, n, move || drop(chain)) };
+            guard.flush();
+        }
+    }
+
+    /// Runs what is left on the ready stack at once. Only the cache's `Drop` calls it, when
+    /// no thread can reach the cache's entries any more.
+    pub(super) fn drop_ready(&self) {
+        // Acquire: as in `defer_ready`.
+        let head = self.ready.swap(std::ptr::null_mut(), Ordering::Acquire);
+        if !head.is_null() {
+            // SAFETY: (E1) ours by the swap; no reader of the dropped cache remains.
+            drop(unsafe { Box::from_raw(head) });
+        }
+    }
+
+    /// Defers `free`, which frees `n` retired items, counting them until it has run.
+    ///
+    /// # Safety
+    /// As [`defer`](Self::defer).
+    unsafe fn defer_counted(self: &Arc<Self>, guard: &Guard, n: u64, free: impl FnOnce()) {
+        // Relaxed: a progress count (see `Retiring`'s `Drop`) and a statistic.
+        self.count.fetch_add(n, Ordering::Relaxed);
+        self.handed.fetch_add(n, Ordering::Relaxed);
+        let counted = Retiring(Arc::clone(self), n);
+        // SAFETY: (E1) the caller's contract; the count only drops after `free` has run.
+        unsafe {
+            guard.defer_unchecked(move || {
+                free();
+                drop(counted);
+            })
+        };
+    }
+}
+
+/// Adds `item` to `reg`'s batch (the calling thread's); hands the batch back once it is
+/// full.
+fn gather(reg: &Registration, item: Retired) -> Option<Box<Batch>> {
+    let mut batch = take_batch(reg).unwrap_or_else(Batch::new);
+    batch.push(item);
+    if batch.len == BATCH {
+        return Some(batch);
+    }
+    // Release: pairs with the Acquire swap of whoever takes the batch next (this thread, a
+    // maintenance, `reclaim` or a release), which then owns its items.
+    reg.batch.store(Box::into_raw(batch), Ordering::Release);
+    None
+}
+
+/// Takes `reg`'s batch, if it has one.
+fn take_batch(reg: &Registration) -> Option<Box<Batch>> {
+    // Relaxed first: a visit to an empty batch writes nothing to the holder's line.
+    if reg.batch.load(Ordering::Relaxed).is_null() {
+        return None;
+    }
+    // Acquire: pairs with the Release store in `Pending::gather`.
+    let p = reg.batch.swap(std::ptr::null_mut(), Ordering::Acquire);
+    // SAFETY: (E1) a non-null batch word is a `Box<Batch>`, and the swap made it ours.
+    (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
+}
+
+/// `n` retired items, counted in [`Pending`] until this drops.
+struct Retiring(Arc<Pending>, u64);
+
+impl Drop for Retiring {
+    fn drop(&mut self) {
+        // Relaxed: a progress count for `reclaim`; it orders nothing.
+        self.0.count.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// A retirement: a deferred closure of at most two words, stored in place. Dropping it runs
+/// the closure, so it is only ever dropped once its items may be freed: by a batch run by
+/// the collector or by the cache's `Drop`, or inside a deferred function of its own.
+pub(super) struct Retired {
+    data: MaybeUninit<[usize; 2]>,
+    /// Runs the closure stored in `data`, moving it out.
+    call: unsafe fn(*mut MaybeUninit<[usize; 2]>),
+}
+
+impl Retired {
+    /// Stores `free` in place, or hands it back if it does not fit two words.
+    pub(super) fn new<F: FnOnce()>(free: F) -> Result<Self, F> {
+        if std::mem::size_of::<F>() > std::mem::size_of::<[usize; 2]>()
+            || std::mem::align_of::<F>() > std::mem::align_of::<[usize; 2]>()
+        {
+            return Err(free);
+        }
+        /// # Safety
+        /// `data` holds an `F`, which is read out (moved) exactly once.
+        unsafe fn call<F: FnOnce()>(data: *mut MaybeUninit<[usize; 2]>) {
+            // SAFETY: (E2) the caller's contract.
+            let free = unsafe { data.cast::<F>().read() };
+            free();
+        }
+        let mut data = MaybeUninit::<[usize; 2]>::uninit();
+        // SAFETY: (E2) `F` fits `data` in size and alignment (checked above).
+        unsafe { data.as_mut_ptr().cast::<F>().write(free) };
+        Ok(Self {
+            data,
+            call: call::<F>,
+        })
+    }
+}
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        // SAFETY: (E2) `data` holds the closure `call` was made for (`new`), and this is the one
+        // place that runs it, once.
+        unsafe { (self.call)(&mut self.data) };
+    }
+}
+
+/// Up to [`BATCH`] retirements of one thread for one cache, and on the ready stack the
+/// batches below it. Dropping a batch runs its retirements in order (a destructor that
+/// panics does not stop the rest: slice drop glue goes on, as it does for a `Vec`), then
+/// drops the batches below it.
+pub(super) struct Batch {
+    pub(super) len: usize,
+    items: [MaybeUninit<Retired>; BATCH],
+    /// The batch below this one on the ready stack (null elsewhere); owned by this one.
+    next: *mut Batch,
+    /// Batches on the stack from this one down, itself included.
+    depth: usize,
+}
+
+impl Batch {
+    pub(super) fn new() -> Box<Self> {
+        Box::new(Self {
+            len: 0,
+            items: [const { MaybeUninit::uninit() }; BATCH],
+            next: std::ptr::null_mut(),
+            depth: 0,
+        })
+    }
+
+    pub(super) fn push(&mut self, item: Retired) {
+        debug_assert!(
+            self.len < BATCH,
+            "a full batch goes to the ready stack at once"
+        );
+        self.items[self.len].write(item);
+        self.len += 1;
+    }
+
+    /// Retirements in this batch and the batches below it.
+    fn total(&self) -> u64 {
+        let mut n = 0;
+        let mut p: *const Batch = self;
+        // SAFETY: (E2) each batch owns the one below it, alive as long as it is.
+        while let Some(b) = unsafe { p.as_ref() } {
+            n += b.len as u64;
+            p = b.next;
+        }
+        n
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // The batches below are detached into a `Vec` first: its drop glue goes on past a
+        // destructor that panics, as the slice below does, and needs no deep call chain.
+        let mut below = Vec::new();
+        let mut next = std::mem::replace(&mut self.next, std::ptr::null_mut());
+        while !next.is_null() {
+            // SAFETY: (E2) this batch owns the one below it, which nothing else frees.
+            let mut batch = unsafe { Box::from_raw(next) };
+            next = std::mem::replace(&mut batch.next, std::ptr::null_mut());
+            below.push(batch);
+        }
+        let items =
+            std::ptr::slice_from_raw_parts_mut(self.items.as_mut_ptr().cast::<Retired>(), self.len);
+        // SAFETY: (E2) the first `len` items are initialized (`push`), and dropped only here.
+        unsafe { std::ptr::drop_in_place(items) };
+        drop(below);
+    }
+}
