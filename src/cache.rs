@@ -552,12 +552,13 @@ where
     ///   when eight full ones have gathered, at once for a value weighing a sixty-fourth of
     ///   the capacity or more, once the values it retired since its last hand-over weigh that
     ///   much together and number eight or more, and at the end of a clear or a shrink.
-    /// - Every thread that uses the cache takes, once every 256 of its calls, the batches of
-    ///   the next two threads registered with the cache, in turn. So what a thread retired
-    ///   before it went idle is taken to the collector after at most 256 × (⌈R / 2⌉ + 1)
-    ///   calls by any one other thread, with R the threads registered with the cache, and
-    ///   freed once the epoch has advanced twice after that, which those calls also do
-    ///   (about 256 more).
+    /// - A maintenance task rides on the collector itself: whichever thread collects runs it
+    ///   every few hundred calls into the cache, and it takes the batches of the next four
+    ///   threads registered with the cache, in turn (as does a thread that fills a batch). So
+    ///   what a thread retired before it went idle is freed after at most
+    ///   384 × (⌈R / 4⌉ + 1) calls into the cache by any one other thread, with R the threads
+    ///   registered with it (crossbeam collects every 128 pins of a thread, and the epoch
+    ///   must advance twice for the task, and again for what it handed over).
     /// - A thread that exits hands its batch over.
     /// - Dropping the cache drops every value it still owns before `drop` returns, whichever
     ///   threads retired them and whether or not they are alive.

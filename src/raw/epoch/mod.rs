@@ -68,7 +68,6 @@ use crate::sync::{yield_now, Ordering};
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 use registry::Registration;
 pub(crate) use retire::Pending;
-use retire::MAINTENANCE_PINS;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::{Arc, Weak};
@@ -126,8 +125,6 @@ struct Last {
     stats: Cell<*const StatsBlock>,
     /// Its registration, valid while `id` is not 0 (as `handle`).
     reg: Cell<*const Registration>,
-    /// Pins through this entry, for the maintenance's period.
-    pins: Cell<u32>,
 }
 
 impl Last {
@@ -143,10 +140,9 @@ impl Last {
         self.id.set(local.id);
     }
 
-    /// A copy of the handle of cache `id` if this is its registration, its stats block, and
-    /// whether the maintenance is due.
+    /// A copy of the handle of cache `id` if this is its registration, and its stats block.
     #[inline(always)]
-    fn get(&self, id: u64) -> Option<(ManuallyDrop<LocalHandle>, *const StatsBlock, bool)> {
+    fn get(&self, id: u64) -> Option<(ManuallyDrop<LocalHandle>, *const StatsBlock)> {
         if self.id.get() != id {
             return None;
         }
@@ -154,10 +150,7 @@ impl Last {
         // read out, never referenced in place, so a reentrant `set` (a destructor run by
         // the pin's collection using another cache) cannot change it under a borrow.
         let handle = unsafe { (*self.handle.get()).assume_init_read() };
-        let pins = self.pins.get().wrapping_add(1);
-        self.pins.set(pins);
-        let due = MAINTENANCE_PINS != 0 && pins % MAINTENANCE_PINS.max(1) == 0;
-        Some((ManuallyDrop::new(handle), self.stats.get(), due))
+        Some((ManuallyDrop::new(handle), self.stats.get()))
     }
 }
 
@@ -181,7 +174,6 @@ crate::sync::local_key! {
             handle: UnsafeCell::new(MaybeUninit::uninit()),
             stats: Cell::new(std::ptr::null()),
             reg: Cell::new(std::ptr::null()),
-            pins: Cell::new(0),
         },
     };
 }
@@ -275,23 +267,10 @@ impl Domain {
             // released only when the cache drops (impossible while `&self` lives) or the
             // thread's locals are destroyed or released (which also resets `last`); so the
             // participant is registered.
-            Ok(Some((handle, stats, due))) => {
-                let guard = handle.pin();
-                if due {
-                    self.maintain(&guard);
-                }
-                // SAFETY: (R2) the stats block lives as long as `self.stats`.
-                (guard, unsafe { &*stats })
-            }
+            // SAFETY: (R2) the stats block lives as long as `self.stats`.
+            Ok(Some((handle, stats))) => (handle.pin(), unsafe { &*stats }),
             _ => self.pin_slow(),
         }
-    }
-
-    /// The maintenance (`retire.rs`), every [`MAINTENANCE_PINS`] pins of a thread.
-    #[cold]
-    #[inline(never)]
-    fn maintain(&self, guard: &Guard) {
-        self.pending.maintain(guard);
     }
 
     /// [`pin`](Self::pin) when the thread used another cache last, has not registered with
@@ -305,16 +284,22 @@ impl Domain {
             t.last.set(local);
             t.last.get(self.id)
         });
-        let (handle, stats) = match found {
-            Ok(Some((handle, stats, _))) => (handle, stats),
+        let ((handle, stats), registered) = match found {
+            Ok(Some(found)) => (found, false),
             Ok(None) => match self.register() {
-                Some(found) => found,
+                Some(found) => (found, true),
                 None => return self.pin_unregistered(),
             },
             Err(_) => return self.pin_unregistered(),
         };
+        let guard = handle.pin();
+        if registered {
+            // A new thread: the maintenance token must be on its way (it is, unless it could
+            // not re-arm itself last time).
+            self.pending.arm(&guard);
+        }
         // As in `pin`. SAFETY: (R2) as in `pin`.
-        (handle.pin(), unsafe { &*stats })
+        (guard, unsafe { &*stats })
     }
 
     fn pin_unregistered(&self) -> (Guard, &StatsBlock) {
@@ -345,8 +330,7 @@ impl Domain {
                 };
                 t.last.set(&local);
                 locals.push(local);
-                let (handle, stats, _) = t.last.get(self.id)?;
-                Some(((handle, stats), dead))
+                Some((t.last.get(self.id)?, dead))
             })
             .ok()??;
         // Dropped after the borrow ends: releasing a registration may run destructors that
@@ -403,6 +387,7 @@ impl Domain {
 
 impl Drop for Domain {
     fn drop(&mut self) {
+        self.pending.close();
         let mine = THREAD.try_with(|t| {
             if t.last.id.get() == self.id {
                 t.last.id.set(0);

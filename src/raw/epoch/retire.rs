@@ -9,17 +9,25 @@
 //! - at every hand-over of the weight rule (`RawCache::retired`), of a clear, a shrink, or a
 //!   build that cached nothing (the caller's own batch goes first);
 //! - on `reclaim`, which takes every registration's batch first;
-//! - on the maintenance any thread runs once every [`MAINTENANCE_PINS`] pins of the cache,
-//!   which first takes the batches of the next [`VISITS`] registrations in turn;
+//! - on the *maintenance*, which first takes the batches of the next [`VISITS`]
+//!   registrations in turn (a thread that fills a batch takes theirs as well);
 //! - when a registration is released (its thread exits or prunes it, or the cache drops).
 //!
 //! So a retirement waits in an idle thread's batch only until other threads' work reaches it,
 //! and never where the cache's `Drop` cannot.
+//!
+//! The maintenance is a deferred function of the cache's own collector that defers itself
+//! again each time it runs (a *token*): crossbeam's collection runs it, on whichever thread
+//! collects, once the epoch has advanced twice past its deferral. Threads collect every 128
+//! pins (and on every flush), so it runs every few hundred calls into the cache by any
+//! thread, readers included, at no cost on their path: a check on every lookup instead cost
+//! 15% of an `Arc` hit. A token that cannot re-arm (its thread is exiting, or has no
+//! registration here) is re-armed by the next hand-over.
 
 #![allow(unsafe_code)]
 
 use super::registry::{Registration, Registry};
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use crossbeam_epoch::Guard;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -38,12 +46,12 @@ pub(super) const BATCH: usize = if cfg!(runcache_loom) { 1 } else { 32 };
 /// allocation), so eight batches share one: one per 256 retirements.
 const READY: usize = if cfg!(runcache_loom) { 2 } else { 8 };
 
-/// A thread runs the maintenance (see the module docs) once every this many pins of one
-/// cache; never under loom (0), since a branch on every pin multiplies the models' paths.
-pub(crate) const MAINTENANCE_PINS: u32 = if cfg!(runcache_loom) { 0 } else { 256 };
+/// Whether the maintenance token runs: not under loom, where the models hand over by
+/// `reclaim` or by ending their threads, and a token would multiply their paths.
+const MAINTENANCE: bool = !cfg!(runcache_loom);
 
 /// Registrations whose batch one maintenance takes.
-pub(crate) const VISITS: usize = 2;
+pub(crate) const VISITS: usize = 4;
 
 /// Everything this cache handed to its collector whose destructor has not run yet, the
 /// cache's registrations, and its ready stack.
@@ -66,6 +74,10 @@ pub(crate) struct Pending {
     pub(super) registry: Registry,
     /// Full batches waiting to be deferred together: a stack linked through `Batch::next`.
     ready: AtomicPtr<Batch>,
+    /// Whether the maintenance token is deferred (see the module docs).
+    armed: AtomicBool,
+    /// Set when the cache drops: a token that runs then does nothing.
+    closed: AtomicBool,
 }
 
 impl Pending {
@@ -76,7 +88,54 @@ impl Pending {
             id,
             registry: Registry::new(),
             ready: AtomicPtr::new(std::ptr::null_mut()),
+            armed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// The cache is dropping: the maintenance token must not run or re-arm any more.
+    pub(super) fn close(&self) {
+        // Relaxed: the token that reads it runs on the dropping thread (the collector's
+        // drop) or on a thread the drop waits for.
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Defers the maintenance token under `guard` unless it is deferred already.
+    pub(super) fn arm(self: &Arc<Self>, guard: &Guard) {
+        // Relaxed: a flag that only keeps tokens from multiplying; a token armed twice by a
+        // race would only run twice.
+        if !MAINTENANCE
+            || self.closed.load(Ordering::Relaxed)
+            || self.armed.load(Ordering::Relaxed)
+            || self.armed.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let token = Arc::clone(self);
+        // SAFETY: (E1) the token frees nothing; it may run on any thread, at any time after,
+        // as long as its `Pending` lives, which its own `Arc` sees to.
+        unsafe { guard.defer_unchecked(move || token.maintenance_token()) };
+        guard.flush();
+    }
+
+    /// The token's run: the maintenance, then the token again.
+    fn maintenance_token(self: Arc<Self>) {
+        // Relaxed: as in `arm`.
+        self.armed.store(false, Ordering::Relaxed);
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        // The collecting thread is pinned on this collector, so it holds a registration here
+        // (or pins through a temporary handle: then the next hand-over re-arms).
+        let Some(guard) = super::with_registration(self.id, |reg| {
+            // SAFETY: (E4) `with_registration` gives the calling thread's own registration,
+            // which it holds.
+            unsafe { reg.handle() }.pin()
+        }) else {
+            return;
+        };
+        self.maintain(&guard);
+        self.arm(&guard);
     }
 
     /// Items handed to the collector whose destructor has not run yet.
@@ -122,6 +181,8 @@ impl Pending {
             // SAFETY: (E1) the caller's contract, for every item of the batch.
             unsafe { self.push_ready(batch, guard) };
         }
+        // Something now waits for the maintenance: make sure its token is on its way.
+        self.arm(guard);
     }
 
     /// Hands the calling thread's batch for this cache (if any) and the ready stack to
@@ -134,7 +195,7 @@ impl Pending {
 
     /// The maintenance: takes the batches of the next [`VISITS`] registrations to the ready
     /// stack, and hands the stack over if it holds anything.
-    pub(super) fn maintain(self: &Arc<Self>, guard: &Guard) {
+    fn maintain(self: &Arc<Self>, guard: &Guard) {
         for _ in 0..VISITS {
             if let Some(reg) = self.registry.next_visit() {
                 self.take_from(reg);
@@ -168,6 +229,12 @@ impl Pending {
     /// # Safety
     /// As [`defer`](Self::defer), for every item of `batch`.
     unsafe fn push_ready(self: &Arc<Self>, batch: Box<Batch>, guard: &Guard) {
+        // A thread that retires without looking up (a writer) visits in turn too.
+        for _ in 0..VISITS {
+            if let Some(reg) = self.registry.next_visit() {
+                self.take_from(reg);
+            }
+        }
         if self.push(batch) >= READY {
             self.defer_ready(guard);
         }
@@ -217,6 +284,7 @@ impl Pending {
             unsafe { self.defer_counted(guard, n, move || drop(chain)) };
             guard.flush();
         }
+        self.arm(guard);
     }
 
     /// Runs what is left on the ready stack at once. Only the cache's `Drop` calls it, when
