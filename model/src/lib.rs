@@ -9,12 +9,14 @@
 //! same operations and shrink or minimize in the same terms.
 //!
 //! No operation here panics on purpose: libFuzzer aborts on any panic, caught or not. Panicking
-//! builders and weighers are covered by `tests/faults.rs`.
+//! builders and weighers are covered by `tests/faults.rs`, and by [`lin`], which the fuzz
+//! targets do not use: it runs real threads and checks their histories for linearizability.
 
 pub mod cache;
 pub mod config;
 pub mod evicting;
 pub mod grouped;
+pub mod lin;
 pub mod multi;
 
 /// What a run found: `Err` names the step, the operation and what differed.
