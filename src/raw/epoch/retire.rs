@@ -46,8 +46,9 @@ pub(super) const BATCH: usize = if cfg!(runcache_loom) { 1 } else { 32 };
 /// allocation), so eight batches share one: one per 256 retirements.
 const READY: usize = if cfg!(runcache_loom) { 2 } else { 8 };
 
-/// Whether the maintenance token runs: not under loom, where the models hand over by
-/// `reclaim` or by ending their threads, and a token would multiply their paths.
+/// Whether the maintenance runs (the token, and the visits of a thread that fills a batch):
+/// not under loom, where the models hand over by `reclaim` or by ending their threads, and
+/// the maintenance would multiply their paths.
 const MAINTENANCE: bool = !cfg!(runcache_loom);
 
 /// Registrations whose batch one maintenance takes.
@@ -229,10 +230,14 @@ impl Pending {
     /// # Safety
     /// As [`defer`](Self::defer), for every item of `batch`.
     unsafe fn push_ready(self: &Arc<Self>, batch: Box<Batch>, guard: &Guard) {
-        // A thread that retires without looking up (a writer) visits in turn too.
-        for _ in 0..VISITS {
-            if let Some(reg) = self.registry.next_visit() {
-                self.take_from(reg);
+        // A thread that fills batches visits in turn too (not under loom, where the visits'
+        // shared cursor would multiply every model's paths; the models hand over by
+        // `reclaim` or by ending their threads).
+        if MAINTENANCE {
+            for _ in 0..VISITS {
+                if let Some(reg) = self.registry.next_visit() {
+                    self.take_from(reg);
+                }
             }
         }
         if self.push(batch) >= READY {
