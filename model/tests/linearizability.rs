@@ -2,14 +2,9 @@
 //! specification (`runcache_model::lin`).
 //!
 //! - `real_histories_are_linearizable` runs generated programs for `RUNCACHE_LIN_SECS`
-//!   seconds (20 by default; CI runs it in the debug build), from the seed
-//!   `RUNCACHE_LIN_SEED` (by default one taken from the clock, printed).
-//! - Under `--cfg runcache_stress` (tables of four slots, migrating all the time) the same
-//!   run finds a violation within a minute or two: a key's value missed by lookups, or two
-//!   live values of one key, while tables migrate. The engine's bug is open (see
-//!   `docs/TESTING.md`); `the_programs_of_the_open_migration_bug_are_linearizable` reruns the programs that
-//!   showed it (`model/lin-regressions/open-migration-bug.txt`); it fails while the bug
-//!   lives, so it is ignored until the fix.
+//!   seconds (20 by default), from the seed `RUNCACHE_LIN_SEED` (by default one taken from
+//!   the clock, printed). CI runs it in the debug build and in the stress build
+//!   (`--cfg runcache_stress`: tables of four slots, migrating all the time).
 //! - `a_million_calls_are_linearizable` is the local soak: ignored by default.
 //! - `the_saved_programs_stay_linearizable` reruns, many times each, the programs whose seeds
 //!   are kept in `model/lin-regressions/seeds.txt` (programs that caught a bug).
@@ -59,10 +54,6 @@ fn soak(secs: f64, max_calls: u64) -> lin::Tally {
 }
 
 #[test]
-#[cfg_attr(
-    runcache_stress,
-    ignore = "finds the open migration bug under forced migrations (docs/TESTING.md)"
-)]
 fn real_histories_are_linearizable() {
     let tally = soak(secs(20.0), u64::MAX);
     assert!(tally.histories > 0, "at least one history was checked");
@@ -93,29 +84,6 @@ fn seeds(file: &str) -> Vec<u64> {
 }
 
 #[test]
-#[ignore = "the engine's migration bug is open; run with --cfg runcache_stress to see it"]
-fn the_programs_of_the_open_migration_bug_are_linearizable() {
-    // Each program found a violation under `--cfg runcache_stress` within a few thousand
-    // runs; once the bug is fixed, this must pass for a long while, and its seeds move into
-    // `seeds.txt`.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs(60.0));
-    for seed in seeds("open-migration-bug.txt").iter().cycle() {
-        if std::time::Instant::now() > deadline {
-            break;
-        }
-        let program = lin::Program::generate(*seed);
-        let history = lin::run(&program);
-        if let Some(report) = lin::verify(&program, &history) {
-            panic!("{report}");
-        }
-    }
-}
-
-#[test]
-#[cfg_attr(
-    runcache_stress,
-    ignore = "finds the open migration bug under forced migrations (docs/TESTING.md)"
-)]
 fn the_saved_programs_stay_linearizable() {
     for seed in seeds("seeds.txt") {
         let program = lin::Program::generate(seed);

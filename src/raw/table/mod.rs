@@ -26,10 +26,14 @@
 //!   already in flight lands before its slot moves, or fails); each slot is moved exactly
 //!   once: an `EMPTY` one is sealed, a node is frozen (after which nothing changes the slot),
 //!   its replacement (if it was replaced) or itself copied into `next` if live, then the
-//!   slot is marked `MOVED`. A writer writes into
-//!   `next` only after the slot of its key in the old table is `MOVED` (or its probe ended at a
-//!   `SEALED` slot), so the old table's node is authoritative until then: readers use a
-//!   `FROZEN` node as it is and follow a `MOVED` or `SEALED` slot into `next`.
+//!   slot is marked `MOVED`. A writer writes into `next` only after the slot of its key in
+//!   the old table is `MOVED` (or its probe ended at a `SEALED` slot), so the old table's
+//!   node is authoritative until then: readers use a `FROZEN` node as it is and follow a
+//!   `MOVED` or `SEALED` slot into `next`. The slot a writer leaves from must still bind its
+//!   key, or end its probe, once moved: a slot claimed by another key, or the key's dead node
+//!   unlinked (`TOMB`), before the move sends the probe on in the old table, to its real end
+//!   (`leads_on`). Otherwise a lookup from the old root stops at an unsealed end and misses
+//!   what the writer put in `next`.
 //! - **H3 (counts).** A table holds one strong count of every node it points at, whatever the
 //!   tag. The count leaves with the pointer: through the epoch collector when a CAS replaces
 //!   or unlinks it, or when the table itself is destroyed. A copy takes a new count for the new
@@ -284,21 +288,25 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                     None if s.tag() == 0 => {
                         // The key is absent from this table. If the table migrates, seal
-                        // the slot so no one can claim it, and go on to the next.
-                        if let Some(next) = next {
-                            if self.move_slot(table, next, i, guard) {
-                                self.count_moved(table, next, 1, guard);
-                            }
+                        // the slot so no one can claim it, and go on to the next (unless the
+                        // slot was claimed for another key before it moved: then the probe
+                        // goes on here, to its real end).
+                        let Some(next) = next else {
+                            return Position {
+                                table,
+                                index: i,
+                                hash,
+                                current: s,
+                                found: None,
+                            };
+                        };
+                        if self.move_slot(table, next, i, guard) {
+                            self.count_moved(table, next, 1, guard);
+                        }
+                        if self.leads_on(table, i, tag, hash, &eq, guard) {
                             table = next;
                             continue 'tables;
                         }
-                        return Position {
-                            table,
-                            index: i,
-                            hash,
-                            current: s,
-                            found: None,
-                        };
                     }
                     None => {}
                     Some(n) if holds_key(s, n, tag, hash, &eq) => {
@@ -314,21 +322,28 @@ impl<K: Eq, V> Shard<K, V> {
                             if self.move_slot(table, next, i, guard) {
                                 self.count_moved(table, next, 1, guard);
                             }
-                            table = next;
-                            continue 'tables;
+                            // The key's dead node may have been unlinked (`TOMB`) before the
+                            // slot moved: then the key is bound here no more, and its probe
+                            // goes on in this table, whose end is sealed before any write
+                            // into `next` (H2).
+                            if self.leads_on(table, i, tag, hash, &eq, guard) {
+                                table = next;
+                                continue 'tables;
+                            }
+                        } else {
+                            if let Some(to) = n.forwarded() {
+                                // Replaced: swing the slot to the replacement, then look again.
+                                swing(table, i, s, to.resolve(), &self.pending, guard);
+                                continue;
+                            }
+                            return Position {
+                                table,
+                                index: i,
+                                hash,
+                                current: s,
+                                found: n.is_live(guard).then_some(n),
+                            };
                         }
-                        if let Some(to) = n.forwarded() {
-                            // Replaced: swing the slot to the replacement, then look again.
-                            swing(table, i, s, to.resolve(), &self.pending, guard);
-                            continue;
-                        }
-                        return Position {
-                            table,
-                            index: i,
-                            hash,
-                            current: s,
-                            found: n.is_live(guard).then_some(n),
-                        };
                     }
                     Some(_) => {}
                 }
@@ -339,6 +354,27 @@ impl<K: Eq, V> Shard<K, V> {
     }
 
     /// The table after `table`, starting the migration if none has started.
+    /// Whether slot `i` of `table`, just moved, sends the key's probe on to the next table:
+    /// it is `SEALED` (the probe's end), or it still holds a node of the key (moved with it,
+    /// H1). A moved tombstone or another key's moved node does not: the probe goes on in
+    /// `table`.
+    fn leads_on(
+        &self,
+        table: &Table<K, V>,
+        i: usize,
+        tag: usize,
+        hash: u64,
+        eq: &impl Fn(&K) -> bool,
+        guard: &Guard,
+    ) -> bool {
+        let s = table.slots[i].load(Ordering::Acquire, guard);
+        // SAFETY: (H3) as in `find`.
+        match unsafe { s.as_ref() } {
+            None => s.tag() == MOVED,
+            Some(n) => holds_key(s, n, tag, hash, eq),
+        }
+    }
+
     fn successor<'g>(&'g self, table: &'g Table<K, V>, guard: &'g Guard) -> &'g Table<K, V> {
         loop {
             if let Some(next) = table.next(guard) {
