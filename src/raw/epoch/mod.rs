@@ -60,6 +60,7 @@
 
 #![allow(unsafe_code)]
 
+mod batch;
 mod registry;
 mod retire;
 
@@ -433,7 +434,7 @@ impl Drop for Domain {
 
 #[cfg(all(test, not(runcache_loom)))]
 mod tests {
-    use super::retire::{Batch, Retired, BATCH};
+    use super::batch::{Batch, Retired, BATCH};
     use super::*;
     use crate::sync::AtomicU64;
     use std::panic::{catch_unwind, AssertUnwindSafe};

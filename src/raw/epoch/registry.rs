@@ -16,7 +16,7 @@
 
 #![allow(unsafe_code)]
 
-use super::retire::Batch;
+use super::batch::Batch;
 use crate::raw::counter::StatsBlock;
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use crossbeam_epoch::LocalHandle;
