@@ -140,22 +140,19 @@ pub fn walks_missed(history: &[Entry]) -> Option<String> {
             let Some(v) = values(&writer.op).1 else {
                 continue;
             };
+            // Every call that reads `v` and is not a lookup takes it out of the cache: a
+            // removal, a replacing insert, an eviction, a walk's removal.
             let removed_before = history.iter().any(|r| {
                 r.call < walk.ret
-                    && match &r.op {
-                        KeyOp::Insert { replaced, .. } => *replaced == Some(v),
-                        op => {
-                            values(op).0 == Some(v) && !matches!(op, KeyOp::Get(_)) && {
-                                !matches!(
-                                    op,
-                                    KeyOp::Build {
-                                        result: Built::Hit(_) | Built::Shared(_),
-                                        ..
-                                    }
-                                )
+                    && values(&r.op).0 == Some(v)
+                    && !matches!(
+                        r.op,
+                        KeyOp::Get(_)
+                            | KeyOp::Build {
+                                result: Built::Hit(_) | Built::Shared(_),
+                                ..
                             }
-                        }
-                    }
+                    )
             });
             if !removed_before && must_remove(v) {
                 return Some(format!(

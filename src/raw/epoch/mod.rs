@@ -99,16 +99,7 @@ impl Drop for Local {
     /// Releases the registration unless the cache's `Drop` did (E4): hands its batch and the
     /// ready stack to the collector, then finalizes the handle.
     fn drop(&mut self) {
-        if self.reg.claim_release(thread_token()) {
-            // SAFETY: (E4) the claim made this thread the releaser, and it has not finalized
-            // the handle yet.
-            let guard = unsafe { self.reg.handle() }.pin();
-            self.pending.take_from(&self.reg);
-            self.pending.hand_over(&guard);
-            drop(guard);
-            // SAFETY: (E4) as above; the guard is gone.
-            unsafe { self.reg.finish_release() };
-        }
+        self.pending.release(&self.reg, thread_token());
     }
 }
 
@@ -404,17 +395,9 @@ impl Drop for Domain {
         // alive elsewhere), or waited for if its thread is releasing it right now (E4).
         let me = thread_token();
         for reg in self.pending.registry.iter() {
-            if reg.claim_release(me) {
-                // SAFETY: (E4) the claim made this call the releaser; no call into the cache
-                // can run any more, so no guard of the handle exists.
-                let guard = unsafe { reg.handle() }.pin();
-                self.pending.take_from(reg);
-                self.pending.hand_over(&guard);
-                drop(guard);
-                // SAFETY: (E4) as above; the guard is gone.
-                unsafe { reg.finish_release() };
-            } else {
-                // Another thread is releasing it: wait for it to finish, unless the releaser
+            if !self.pending.release(reg, me) {
+                // Not held: released already, or another thread is releasing it; then wait
+                // for it to finish, unless the releaser
                 // is this very thread, further up its stack (a destructor its release ran
                 // dropped this cache): then the release finishes after this `drop`, and the
                 // collector's last reference goes with it.

@@ -96,7 +96,7 @@ impl Registration {
         // participant: its bag goes to the collector's queue and its collector reference is
         // released.
         unsafe { (*self.handle.get()).assume_init_drop() };
-        // Release: pairs with the Acquire in `claim_free` and `wait_released`, publishing the
+        // Release: pairs with the Acquire in `hold` and `releaser`, publishing the
         // finalization and the batch's hand-over.
         self.state.store(FREE, Ordering::Release);
     }

@@ -188,12 +188,36 @@ impl Pending {
     /// The maintenance: takes the batches of the next [`VISITS`] registrations to the ready
     /// stack, and hands the stack over if it holds anything.
     fn maintain(self: &Arc<Self>, guard: &Guard) {
+        self.visit();
+        self.defer_ready(guard);
+    }
+
+    /// Takes the batches of the next [`VISITS`] registrations, in turn, to the ready stack.
+    fn visit(&self) {
         for _ in 0..VISITS {
             if let Some(reg) = self.registry.next_visit() {
                 self.take_from(reg);
             }
         }
-        self.defer_ready(guard);
+    }
+
+    /// Releases `reg` for the thread of `token` if it is still held (the thread at exit or
+    /// prune, or the cache's `Drop`; one of them wins, E4): hands its batch and the ready
+    /// stack to the collector, then finalizes its handle. `false` if it was not held.
+    pub(super) fn release(self: &Arc<Self>, reg: &Registration, token: u64) -> bool {
+        if !reg.claim_release(token) {
+            return false;
+        }
+        // SAFETY: (E4) the claim made the caller the releaser, and the handle is not
+        // finalized yet; no call into the cache uses it meanwhile (its thread is exiting or
+        // pruning a dropped cache's entry, or the cache is dropping).
+        let guard = unsafe { reg.handle() }.pin();
+        self.take_from(reg);
+        self.defer_ready(&guard);
+        drop(guard);
+        // SAFETY: (E4) as above; the guard is gone.
+        unsafe { reg.finish_release() };
+        true
     }
 
     /// Takes every registration's batch to the ready stack and hands the stack over; `true`
@@ -225,11 +249,7 @@ impl Pending {
         // shared cursor would multiply every model's paths; the models hand over by
         // `reclaim` or by ending their threads).
         if MAINTENANCE {
-            for _ in 0..VISITS {
-                if let Some(reg) = self.registry.next_visit() {
-                    self.take_from(reg);
-                }
-            }
+            self.visit();
         }
         if self.push(batch) >= READY {
             self.defer_ready(guard);
@@ -333,7 +353,7 @@ fn take_batch(reg: &Registration) -> Option<Box<Batch>> {
     if reg.batch.load(Ordering::Relaxed).is_null() {
         return None;
     }
-    // Acquire: pairs with the Release store in `Pending::gather`.
+    // Acquire: pairs with the Release store in `gather`.
     let p = reg.batch.swap(std::ptr::null_mut(), Ordering::Acquire);
     // SAFETY: (E1) a non-null batch word is a `Box<Batch>`, and the swap made it ours.
     (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
