@@ -4,7 +4,7 @@
 
 use crate::error::{ConfigError, InsertError};
 use crate::raw::{counter::Counter, Listener, Pin, RawCache, Served, Weigher};
-pub use crate::raw::{RemovalCause, MAX_SHARDS};
+pub use crate::raw::{Handle, RemovalCause, WeakHandle, MAX_SHARDS};
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::fmt;
@@ -49,7 +49,7 @@ pub enum Source {
 #[derive(Debug)]
 pub struct Fetched<V> {
     /// The value.
-    pub value: Arc<V>,
+    pub value: Handle<V>,
     /// Where it came from.
     pub source: Source,
 }
@@ -166,11 +166,11 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     ///
     /// It runs on the thread whose operation removed the value, after the cache is consistent
     /// again and holding nothing that another thread waits for; the value itself stays alive
-    /// while anyone holds its `Arc`. If it panics, the panic reaches that operation's caller
+    /// while anyone holds a handle of it. If it panics, the panic reaches that operation's caller
     /// and the cache stays consistent (the entry is already gone).
     pub fn on_evict(
         mut self,
-        listener: impl Fn(&K, &Arc<V>, RemovalCause) + Send + Sync + 'static,
+        listener: impl Fn(&K, &Handle<V>, RemovalCause) + Send + Sync + 'static,
     ) -> Self {
         self.listener = Some(Box::new(listener));
         self
@@ -232,7 +232,8 @@ fn default_shards() -> usize {
     (cores * 4).next_power_of_two().min(MAX_SHARDS)
 }
 
-/// A lock-free concurrent cache of `Arc<V>` values by key; see the [crate docs](crate).
+/// A lock-free concurrent cache of values by key, handed out as counted [`Handle`]s; see the
+/// [crate docs](crate).
 pub struct Cache<K, V, S = DefaultHashBuilder> {
     raw: RawCache<K, V, S>,
 }
@@ -276,15 +277,28 @@ where
     V: Send + Sync + 'static,
     S: BuildHasher,
 {
-    /// The cached value for `key`: a co-owning `Arc` that stays valid after the entry is
+    /// The cached value for `key`: a co-owning [`Handle`] that stays valid after the entry is
     /// removed or evicted. Takes no lock and writes no shared memory.
-    pub fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    pub fn get<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         self.raw
-            .lookup(key, |k| k.borrow() == key, |v| v.map(crate::raw::arc_of))
+            .lookup(key, |k| k.borrow() == key, |v| v.map(crate::raw::handle_of))
+    }
+
+    /// A clone of the cached value for `key`, made while the cache is pinned: no reference
+    /// count is written, so for a small `Copy` value, or an `Arc` stored as the value (which
+    /// this hands out as one count of that `Arc`), it is the cheapest read that outlives the
+    /// call. Takes no lock and writes no shared memory besides what `V::clone` writes.
+    pub fn get_cloned<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        V: Clone,
+    {
+        self.raw.lookup(key, |k| k.borrow() == key, |v| v.cloned())
     }
 
     /// The cached value of the key `eq` accepts, found by a `probe` that hashes exactly as that
@@ -294,8 +308,8 @@ where
         &self,
         probe: &Q,
         eq: impl Fn(&K) -> bool,
-    ) -> Option<Arc<V>> {
-        self.raw.lookup(probe, eq, |v| v.map(crate::raw::arc_of))
+    ) -> Option<Handle<V>> {
+        self.raw.lookup(probe, eq, |v| v.map(crate::raw::handle_of))
     }
 
     /// Pins the cache on this thread for a run of reads that touch no reference count; see
@@ -325,7 +339,7 @@ where
     /// `value` back: an evicting cache refuses only an entry heavier than its whole capacity
     /// (or anything at capacity 0, or when every other entry is being built); a rejecting
     /// cache ([`WhenFull::Reject`]) refuses any entry that does not fit in the free capacity.
-    pub fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, InsertError<K, V>> {
+    pub fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, InsertError<K, V>> {
         self.raw.insert(key, value).map_err(|r| InsertError {
             key: r.key,
             value: r.value,
@@ -338,7 +352,7 @@ where
     ///
     /// # Single flight
     /// `build` runs at most once per key at a time: callers that ask for a key being built
-    /// park on the entry (a futex; no spinning, no lock) and receive the same `Arc` when it is
+    /// park on the entry (a futex; no spinning, no lock) and receive the same value when it is
     /// ready. A value that cannot be cached (see [`insert`](Self::insert) for when) is still
     /// returned, to this caller and to those waiting, but not cached.
     ///
@@ -350,7 +364,7 @@ where
     /// If `build` asks this cache for the same key on the same thread, that inner call panics
     /// with a message saying so, instead of waiting for itself forever. (A builder that hands
     /// the same request to another thread and waits for it is not detected.)
-    pub fn get_or_insert_with(&self, key: K, build: impl FnOnce() -> V) -> Arc<V> {
+    pub fn get_or_insert_with(&self, key: K, build: impl FnOnce() -> V) -> Handle<V> {
         match self.raw.get_or_build::<Infallible, _>(key, |_| Ok(build())) {
             Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. } => v,
             Served::Failed(e) => match *e {},
@@ -367,7 +381,7 @@ where
         &self,
         key: K,
         build: impl FnOnce() -> Result<V, E>,
-    ) -> Result<Arc<V>, Arc<E>>
+    ) -> Result<Handle<V>, Arc<E>>
     where
         E: Send + Sync + 'static,
     {
@@ -410,7 +424,7 @@ where
     /// The value for `key`, built from the key if missing, and whether this call built it:
     /// the shape of OpenVINO's runtime cache `getOrCreate`. Single-flight as
     /// [`get_or_insert_with`](Self::get_or_insert_with).
-    pub fn get_or_create(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Arc<V>, Lookup)
+    pub fn get_or_create(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Handle<V>, Lookup)
     where
         K: Clone,
     {
@@ -427,8 +441,8 @@ where
     }
 
     /// Removes the cached value for `key` and returns it. The value itself lives on while any
-    /// caller holds an `Arc` of it. A build in flight for `key` is not affected.
-    pub fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    /// caller holds a handle of it. A build in flight for `key` is not affected.
+    pub fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -438,7 +452,7 @@ where
 
     /// Removes the cached value for `key` only if `pred` accepts it (checked and removed in
     /// one atomic step: a value replaced meanwhile is not removed).
-    pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&Arc<V>) -> bool) -> Option<Arc<V>>
+    pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&V) -> bool) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

@@ -8,26 +8,26 @@
 //! # Usage
 //!
 //! ```
-//! use runcache::Cache;
-//! use std::sync::Arc;
+//! use runcache::{Cache, Handle};
 //!
 //! // A kernel cache of at most 1,000 entries.
 //! let kernels: Cache<(String, Vec<usize>), String> = Cache::new(1_000);
 //!
 //! let key = ("matmul".to_string(), vec![128, 768]);
-//! let kernel: Arc<String> = kernels.get_or_insert_with(key.clone(), || {
+//! let kernel: Handle<String> = kernels.get_or_insert_with(key.clone(), || {
 //!     // Runs once, however many threads ask for this key at the same moment.
 //!     format!("compiled {} for {:?}", key.0, key.1)
 //! });
 //! assert_eq!(kernels.get(&key).as_deref(), Some(&*kernel));
 //! ```
 //!
-//! Values are stored as `Arc<V>`: what a caller holds stays alive after the entry is removed,
-//! replaced or evicted.
+//! Values are handed out as [`Handle`]s, the cache's own counted handle (it works like an
+//! `Arc`): what a caller holds stays alive after the entry is removed, replaced or evicted.
 //!
 //! # Guards and pinning
 //!
-//! [`Cache::get`] clones an `Arc` (one atomic increment). For hot loops, [`Cache::pin`] pins
+//! [`Cache::get`] takes one more count of the value (one atomic increment);
+//! [`Cache::get_cloned`] clones the value out instead. For hot loops, [`Cache::pin`] pins
 //! the cache's epoch once and returns a [`Pinned`] handle whose `get` returns `&V` with no
 //! reference-count write at all:
 //!
@@ -159,8 +159,8 @@ mod sync;
 pub mod vulkan;
 
 pub use cache::{
-    Cache, CacheBuilder, DefaultHashBuilder, Fetched, Lookup, Pinned, RemovalCause, Source, Stats,
-    WhenFull, MAX_SHARDS,
+    Cache, CacheBuilder, DefaultHashBuilder, Fetched, Handle, Lookup, Pinned, RemovalCause, Source,
+    Stats, WeakHandle, WhenFull, MAX_SHARDS,
 };
 pub use constant::{
     AddError, AllocError, BufferAllocator, CapacityParseError, ConstantBuffer, DeviceKind,

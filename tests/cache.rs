@@ -3,7 +3,7 @@
 mod common;
 
 use common::{drops, with_caches, IdleWorker, Tracked};
-use runcache::{Cache, ConfigError, Lookup, Source, WhenFull};
+use runcache::{Cache, ConfigError, Handle, Lookup, Source, WhenFull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -468,7 +468,7 @@ fn single_flight_one_build_for_many_callers() {
             .collect();
         let values: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         assert_eq!(builds.load(Ordering::SeqCst), 1);
-        assert!(values.iter().all(|v| Arc::ptr_eq(v, &values[0])));
+        assert!(values.iter().all(|v| Handle::ptr_eq(v, &values[0])));
         let s = c.stats();
         assert_eq!(s.builds, 1);
         assert!(

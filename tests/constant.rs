@@ -88,7 +88,9 @@ fn concurrent_callers_share_one_build() {
         .collect();
     let buffers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(builds.load(Ordering::SeqCst), 1);
-    assert!(buffers.iter().all(|b| Arc::ptr_eq(b, &buffers[0])));
+    assert!(buffers
+        .iter()
+        .all(|b| runcache::Handle::ptr_eq(b, &buffers[0])));
     assert_eq!(c.size(), 4096);
 }
 

@@ -19,7 +19,7 @@ fn each_key_type_has_its_own_cache() {
     let (b, how) = c.get_or_create(&MatMulKey(1), |k| format!("matmul {}", k.0));
     assert_eq!((b.as_str(), how), ("matmul 1", Lookup::Miss));
     let (a2, how) = c.get_or_create(&ConvKey(1), |_| -> String { unreachable!() });
-    assert!(Arc::ptr_eq(&a, &a2) && how == Lookup::Hit);
+    assert!(runcache::Handle::ptr_eq(&a, &a2) && how == Lookup::Hit);
     assert_eq!(c.type_count(), 2);
     let s = c.stats::<ConvKey, String>();
     // One miss that built, one hit: each call counted once.

@@ -235,8 +235,9 @@ fn hundreds_of_callers_on_one_key_share_each_attempt_and_none_is_stranded() {
     use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
     silence_planned_panics();
-    type Caller<'a> =
-        dyn Fn(&Cache<u64, u64>, &AtomicUsize) -> Result<Arc<u64>, Arc<usize>> + Sync + 'a;
+    type Caller<'a> = dyn Fn(&Cache<u64, u64>, &AtomicUsize) -> Result<runcache::Handle<u64>, Arc<usize>>
+        + Sync
+        + 'a;
     let storm = |work: &Caller<'_>| {
         let cache = Cache::<u64, u64>::new(10);
         let attempts = AtomicUsize::new(0);
@@ -258,7 +259,10 @@ fn hundreds_of_callers_on_one_key_share_each_attempt_and_none_is_stranded() {
     assert_eq!(attempts, 1);
     let first = results[0].as_ref().unwrap().as_ref().unwrap().clone();
     for r in &results {
-        assert!(Arc::ptr_eq(r.as_ref().unwrap().as_ref().unwrap(), &first));
+        assert!(runcache::Handle::ptr_eq(
+            r.as_ref().unwrap().as_ref().unwrap(),
+            &first
+        ));
     }
     let s = cache.stats();
     assert_eq!(s.builds, 1, "{s:?}");
@@ -312,7 +316,7 @@ fn hundreds_of_callers_on_one_key_share_each_attempt_and_none_is_stranded() {
     assert_eq!(panics, 5, "each panic reaches its own caller only");
     let values: Vec<_> = results.into_iter().filter_map(|r| r.ok()).collect();
     for v in &values {
-        assert!(Arc::ptr_eq(
+        assert!(runcache::Handle::ptr_eq(
             v.as_ref().unwrap(),
             values[0].as_ref().unwrap()
         ));

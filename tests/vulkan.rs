@@ -6,7 +6,7 @@
 
 use runcache::constant::{AddError, ConstantKey};
 use runcache::vulkan::{self, ash::vk, DeviceBuffer, VulkanAllocator, VulkanContext};
-use runcache::{ConstantBuffer, DeviceKind, Source, VulkanError};
+use runcache::{DeviceKind, Source, VulkanError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
@@ -366,7 +366,7 @@ fn the_default_capacity_comes_from_the_device_budget() {
 fn a_retired_buffer_lives_until_its_fence_signals() {
     let Some(ctx) = context() else { return };
     let gpu = VulkanAllocator::new(ctx.clone()).unwrap();
-    let buffer: Arc<ConstantBuffer> = Arc::new(gpu.upload_constant(&[9; 4096]).unwrap());
+    let buffer = runcache::Handle::new(gpu.upload_constant(&[9; 4096]).unwrap());
     let d = ctx.device();
     // SAFETY: a fence on our own device, destroyed after the allocator released the buffer.
     let fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();

@@ -64,7 +64,7 @@ fn racing_builders_build_once_and_share_the_value() {
             "the builder ran more than once"
         );
         assert!(
-            std::sync::Arc::ptr_eq(&mine, &theirs),
+            runcache::Handle::ptr_eq(&mine, &theirs),
             "callers got different values"
         );
         assert_eq!(*mine, 7);

@@ -109,7 +109,7 @@ fn a_build_that_starts_a_migration_runs_once() {
         });
         let theirs = t.join().unwrap();
         assert_eq!(builds.load(Ordering::Relaxed), 1, "one build");
-        assert!(std::sync::Arc::ptr_eq(&mine, &theirs), "one shared value");
+        assert!(runcache::Handle::ptr_eq(&mine, &theirs), "one shared value");
         assert_eq!(c.len(), 3);
         c.__validate().unwrap();
     });

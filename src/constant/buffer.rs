@@ -19,7 +19,7 @@ pub(crate) struct Ledger {
 
 /// Memory that a [`ConstantBuffer`] owns but that is not a host address: a Vulkan buffer
 /// (`runcache::vulkan::DeviceBuffer`), or another API's handle. It is freed by its own `Drop`
-/// when the last `Arc` to the constant buffer drops.
+/// when the last handle of the constant buffer drops.
 ///
 /// [`ConstantBuffer::device_memory`] gets the concrete type back, so a backend can reach its
 /// handle (the `vk::Buffer`, say) from a cached constant.
@@ -40,7 +40,7 @@ enum Memory {
 }
 
 /// The memory of one constant tensor: size, alignment, device, and the allocation, freed
-/// through its allocator (or its own `Drop`) when the last `Arc` to the buffer drops.
+/// through its allocator (or its own `Drop`) when the last handle of the buffer drops.
 pub struct ConstantBuffer {
     memory: Memory,
     /// Set once a constant cache takes charge of the buffer.

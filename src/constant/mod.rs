@@ -56,7 +56,7 @@ pub use config::{
     ParsedCapacity, MAX_CAPACITY_MB,
 };
 
-use crate::cache::{Cache, Source, Stats, WhenFull};
+use crate::cache::{Cache, Handle, Source, Stats, WhenFull};
 use crate::sync::{AtomicU64, Ordering};
 use buffer::Ledger;
 use std::fmt;
@@ -97,14 +97,14 @@ pub enum AddError<E> {
         /// The size passed to `get_or_add`.
         declared: usize,
         /// The buffer that was built, handed back.
-        buffer: Arc<ConstantBuffer>,
+        buffer: Handle<ConstantBuffer>,
     },
     /// The built buffer belongs to another device than the cache.
     WrongDevice {
         /// The cache's device.
         expected: DeviceKind,
         /// The buffer that was built, handed back.
-        buffer: Arc<ConstantBuffer>,
+        buffer: Handle<ConstantBuffer>,
     },
 }
 
@@ -150,7 +150,7 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for AddError<E> {}
 #[derive(Debug)]
 pub struct Added {
     /// The buffer; it stays alive while held, even after it leaves the cache.
-    pub buffer: Arc<ConstantBuffer>,
+    pub buffer: Handle<ConstantBuffer>,
     /// [`Source::Hit`] (cached), [`Source::Shared`] (built by a concurrent caller),
     /// [`Source::Cached`] (built by this call and cached) or [`Source::Uncached`] (built by
     /// this call but it did not fit).
@@ -218,7 +218,7 @@ impl ConstantCache {
             let buffer = build().map_err(AddError::Build)?;
             buffer.attach(&self.ledger, now);
             if buffer.size() != size_bytes {
-                let buffer = Arc::new(buffer);
+                let buffer = Handle::new(buffer);
                 buffer.mark_outside();
                 return Err(AddError::SizeMismatch {
                     declared: size_bytes,
@@ -226,7 +226,7 @@ impl ConstantCache {
                 });
             }
             if buffer.device() != device {
-                let buffer = Arc::new(buffer);
+                let buffer = Handle::new(buffer);
                 buffer.mark_outside();
                 return Err(AddError::WrongDevice {
                     expected: device,
@@ -256,7 +256,7 @@ impl ConstantCache {
     }
 
     /// The cached buffer for `key`, if any.
-    pub fn get(&self, key: ConstantKey) -> Option<Arc<ConstantBuffer>> {
+    pub fn get(&self, key: ConstantKey) -> Option<Handle<ConstantBuffer>> {
         let buffer = self.cache.get(&key)?;
         // Relaxed: see `get_or_add`.
         buffer.touch(self.clock.load(Ordering::Relaxed));

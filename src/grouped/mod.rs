@@ -17,7 +17,7 @@
 //!   extra call silently desynchronizes, an executor that runs others holds a
 //!   [`ClearHold`]. While any hold lives, `clear_owner` calls are deferred, and they run when
 //!   the last hold drops. Nothing is skipped, and nothing runs early.
-//! - Values are `Arc`s: what a caller holds survives any clearing.
+//! - Values are counted [`Handle`]s: what a caller holds survives any clearing.
 //!
 //! ```
 //! use runcache::grouped::GroupedCache;
@@ -35,12 +35,11 @@
 
 #![forbid(unsafe_code)]
 
-use crate::cache::{Cache, Source, WhenFull};
+use crate::cache::{Cache, Handle, Source, WeakHandle, WhenFull};
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::Arc;
 
 /// An owner of entries (an executor, say), for [`GroupedCache::clear_owner`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,7 +61,7 @@ struct Session<G, N> {
 /// What one owner inserted: keys and the exact values, so `clear_owner` never removes a
 /// value another owner put there later.
 struct OwnerLog<S, G, N, V> {
-    entries: SegQueue<((S, G, N), std::sync::Weak<V>)>,
+    entries: SegQueue<((S, G, N), WeakHandle<V>)>,
 }
 
 /// Trait bounds shared by the key parts.
@@ -120,7 +119,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// The value stored under `(session, group, name)`. One lock-free lookup; clones nothing.
-    pub fn get<Q>(&self, session: &S, group: &G, name: &Q) -> Option<Arc<V>>
+    pub fn get<Q>(&self, session: &S, group: &G, name: &Q) -> Option<Handle<V>>
     where
         N: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -133,7 +132,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
 
     /// Stores `value` under `(session, group, name)`, creating the group (and evicting the
     /// session's oldest group if that exceeds the capacity). Returns the value it replaced.
-    pub fn set(&self, session: &S, group: &G, name: &N, value: V) -> Option<Arc<V>> {
+    pub fn set(&self, session: &S, group: &G, name: &N, value: V) -> Option<Handle<V>> {
         self.set_as(None, session, group, name, value)
     }
 
@@ -145,7 +144,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         group: &G,
         name: &N,
         build: impl FnOnce() -> V,
-    ) -> Arc<V> {
+    ) -> Handle<V> {
         self.get_or_insert_as(None, session, group, name, build)
     }
 
@@ -154,7 +153,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         Owned { cache: self, owner }
     }
 
-    fn set_as(&self, owner: Option<OwnerId>, s: &S, g: &G, n: &N, value: V) -> Option<Arc<V>> {
+    fn set_as(&self, owner: Option<OwnerId>, s: &S, g: &G, n: &N, value: V) -> Option<Handle<V>> {
         let group = self.ensure_group(s, g);
         let key = (s.clone(), g.clone(), n.clone());
         let old = match self.values.insert(key.clone(), value) {
@@ -172,7 +171,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         g: &G,
         n: &N,
         build: impl FnOnce() -> V,
-    ) -> Arc<V> {
+    ) -> Handle<V> {
         // The group is made (which may evict the session's oldest) only on a miss, before
         // the build: `key` runs then, and only then.
         let mut group = None;
@@ -205,7 +204,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                 let log = self.owners.get_or_insert_with(owner, || OwnerLog {
                     entries: SegQueue::new(),
                 });
-                log.entries.push((key.clone(), Arc::downgrade(&current)));
+                log.entries.push((key.clone(), Handle::downgrade(&current)));
             }
         }
         // SeqCst: pairs with the fence in `evict_group`: either the evictor sees the name we
@@ -218,7 +217,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// The group `(s, g)`, created if missing; creating it may evict the session's oldest.
-    fn ensure_group(&self, s: &S, g: &G) -> Arc<Group<N>> {
+    fn ensure_group(&self, s: &S, g: &G) -> Handle<Group<N>> {
         let session = self
             .sessions
             .get_or_build_from(
@@ -350,7 +349,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         };
         while let Some((key, mine)) = log.entries.pop() {
             if let Some(mine) = mine.upgrade() {
-                self.values.remove_if(&key, |v| Arc::ptr_eq(v, &mine));
+                self.values.remove_if(&key, |v| std::ptr::eq(v, &*mine));
             }
         }
     }
@@ -388,7 +387,7 @@ pub struct Owned<'a, S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
 
 impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> {
     /// [`GroupedCache::set`], recorded as this owner's.
-    pub fn set(&self, session: &S, group: &G, name: &N, value: V) -> Option<Arc<V>> {
+    pub fn set(&self, session: &S, group: &G, name: &N, value: V) -> Option<Handle<V>> {
         self.cache
             .set_as(Some(self.owner), session, group, name, value)
     }
@@ -400,7 +399,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> 
         group: &G,
         name: &N,
         build: impl FnOnce() -> V,
-    ) -> Arc<V> {
+    ) -> Handle<V> {
         self.cache
             .get_or_insert_as(Some(self.owner), session, group, name, build)
     }

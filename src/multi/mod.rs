@@ -41,7 +41,7 @@
 
 mod typemap;
 
-use crate::cache::{Cache, Lookup, Source};
+use crate::cache::{Cache, Handle, Lookup, Source};
 use std::any::Any;
 use std::fmt;
 use std::hash::Hash;
@@ -123,7 +123,7 @@ impl MultiCache {
 
     /// The value for `key`, built by `build` if missing, and whether it was found (the shape
     /// of OpenVINO's `getOrCreate`). Single-flight per key, as the core cache.
-    pub fn get_or_create<K, V>(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Arc<V>, Lookup)
+    pub fn get_or_create<K, V>(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Handle<V>, Lookup)
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
         V: Send + Sync + 'static,
@@ -141,7 +141,7 @@ impl MultiCache {
         &self,
         key: &K,
         build: impl FnOnce(&K) -> Result<V, E>,
-    ) -> Result<(Arc<V>, Lookup), Arc<E>>
+    ) -> Result<(Handle<V>, Lookup), Arc<E>>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
         V: Send + Sync + 'static,
@@ -163,7 +163,7 @@ impl MultiCache {
         &self,
         key: &K,
         build: impl FnOnce(&K) -> Option<V>,
-    ) -> Option<(Arc<V>, Lookup)>
+    ) -> Option<(Handle<V>, Lookup)>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
         V: Send + Sync + 'static,
@@ -173,7 +173,7 @@ impl MultiCache {
     }
 
     /// Removes the value for `key` from the cache of `(K, V)`; callers holding it keep it.
-    pub fn remove<K, V>(&self, key: &K) -> Option<Arc<V>>
+    pub fn remove<K, V>(&self, key: &K) -> Option<Handle<V>>
     where
         K: Hash + Eq + Send + Sync + 'static,
         V: Send + Sync + 'static,

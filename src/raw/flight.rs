@@ -8,7 +8,8 @@
 
 use super::counter::Counter;
 use super::epoch;
-use super::node::{arc_of, hold, Node, Outcome, View};
+use super::handle::Handle;
+use super::node::{handle_of, hold, Node, Outcome, View};
 use super::slot::{DEAD, READY};
 use super::table::Shard;
 use super::{into_parts, RawCache, Served};
@@ -70,14 +71,14 @@ where
     /// [`lookup`]: Self::lookup
     /// [`build_or_wait`]: Self::build_or_wait
     #[inline(always)]
-    pub(super) fn hit(&self, hash: u64, eq: impl Fn(&K) -> bool) -> Option<Arc<V>> {
+    pub(super) fn hit(&self, hash: u64, eq: impl Fn(&K) -> bool) -> Option<Handle<V>> {
         let shard = self.shard(hash);
         let pin = self.pin_for(shard, hash);
         match shard.find_bound(hash, eq, &pin.guard)?.view(&pin.guard) {
             View::Ready { node, value } => {
                 self.touch(node);
                 pin.looked_up(true);
-                Some(arc_of(value))
+                Some(handle_of(value))
             }
             _ => None,
         }
@@ -146,7 +147,7 @@ where
                         Ok(v) => {
                             pin.stats.bump(Counter::Rejection);
                             Served::Built {
-                                value: Arc::new(v),
+                                value: Handle::new(v),
                                 cached: false,
                             }
                         }
@@ -161,7 +162,7 @@ where
                         node: holder,
                         value,
                     } => {
-                        let value = arc_of(value);
+                        let value = handle_of(value);
                         self.touch(holder);
                         pin.stats.bump(Counter::Hit);
                         // SAFETY: (I1) an unlinked node of ours, never shared.
@@ -192,14 +193,14 @@ where
                             if let View::Ready { value, .. } = held.view(&pin.guard) {
                                 // SAFETY: (I1) as above.
                                 drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
-                                return Served::Shared(arc_of(value));
+                                return Served::Shared(handle_of(value));
                             }
                         } else if state == DEAD {
                             match held.outcome() {
                                 Some(Outcome::Uncached(v)) => {
                                     // SAFETY: (I1) as above.
                                     drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
-                                    return Served::Shared(Arc::clone(v));
+                                    return Served::Shared(v.clone());
                                 }
                                 Some(Outcome::Failed(e)) => {
                                     if let Ok(e) = Arc::clone(e).downcast::<E>() {
@@ -253,12 +254,13 @@ where
                     self.admit(Arc::clone(&node));
                     attempt.done = true;
                     return Served::Built {
-                        value,
+                        value: Handle::from_arc(value),
                         cached: true,
                     };
                 }
                 stats.bump(Counter::Rejection);
-                node.set_outcome(Outcome::Uncached(Arc::clone(&value)));
+                let value = Handle::from_arc(value);
+                node.set_outcome(Outcome::Uncached(value.clone()));
                 Served::Built {
                     value,
                     cached: false,

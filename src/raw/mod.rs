@@ -55,6 +55,7 @@ pub(crate) mod counter;
 pub(crate) mod epoch;
 mod evict;
 mod flight;
+mod handle;
 pub(crate) mod node;
 pub(crate) mod slot;
 pub(crate) mod table;
@@ -69,7 +70,8 @@ use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
-pub(crate) use node::arc_of;
+pub use handle::{Handle, WeakHandle};
+pub(crate) use node::handle_of;
 use node::{Node, View};
 use std::borrow::Borrow;
 use std::cell::Cell;
@@ -99,16 +101,16 @@ pub enum RemovalCause {
 pub(crate) type Weigher<K, V> = Box<dyn Fn(&K, &V) -> u64 + Send + Sync>;
 
 /// Hears about every value that leaves the cache.
-pub(crate) type Listener<K, V> = Box<dyn Fn(&K, &Arc<V>, RemovalCause) + Send + Sync>;
+pub(crate) type Listener<K, V> = Box<dyn Fn(&K, &Handle<V>, RemovalCause) + Send + Sync>;
 
 /// How a `get_or_build` call was served.
 pub(crate) enum Served<V, E> {
     /// The value was cached.
-    Hit(Arc<V>),
+    Hit(Handle<V>),
     /// Another caller built it while this one waited.
-    Shared(Arc<V>),
+    Shared(Handle<V>),
     /// This caller built it; `cached` says whether it fit.
-    Built { value: Arc<V>, cached: bool },
+    Built { value: Handle<V>, cached: bool },
     /// The build failed (this caller's, or the attempt it waited on).
     Failed(Arc<E>),
 }

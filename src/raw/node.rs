@@ -14,6 +14,7 @@
 
 #![allow(unsafe_code)]
 
+use super::handle::Handle;
 use super::slot::{Slot, LOADING, READY};
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
@@ -27,7 +28,7 @@ use std::sync::Arc;
 /// How a build attempt that cached nothing ended, for the callers that waited on it.
 pub(crate) enum Outcome<V> {
     /// The value was built but did not fit: waiters share it, uncached.
-    Uncached(Arc<V>),
+    Uncached(Handle<V>),
     /// The builder returned an error.
     Failed(Arc<dyn Any + Send + Sync>),
 }
@@ -359,16 +360,16 @@ pub(crate) fn value_of<'a, V>(cell: usize) -> Option<&'a V> {
     is_value(cell).then(|| unsafe { &*(cell as *const V) })
 }
 
-/// A new `Arc` of a value borrowed from a cell.
+/// A new handle of a value borrowed from a cell.
 #[inline]
-pub(crate) fn arc_of<V>(value: &V) -> Arc<V> {
+pub(crate) fn handle_of<V>(value: &V) -> Handle<V> {
     let p: *const V = value;
     // SAFETY: (I6) every value in a cell came from `Arc::into_raw` and is alive (the caller holds
     // it under a guard), so taking one more strong count is valid.
-    unsafe {
+    Handle::from_arc(unsafe {
         Arc::increment_strong_count(p);
         Arc::from_raw(p)
-    }
+    })
 }
 
 /// Takes a count of a node found under a guard, so it outlives the guard.

@@ -6,7 +6,8 @@
 #![allow(unsafe_code)]
 
 use super::counter::Counter;
-use super::node::{self, arc_of, forward_to, hold, value_of, Node, View};
+use super::handle::Handle;
+use super::node::{self, forward_to, handle_of, hold, value_of, Node, View};
 use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
 use crate::sync::Ordering;
@@ -34,7 +35,7 @@ where
     /// the new weight adds to the old one: the part they share passes from the old node to
     /// the new one with that CAS (I5). The slot is then swung to the new node (`locate`
     /// swings any forwarded slot it meets).
-    pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Arc<V>>, Refused<K, V>> {
+    pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, Refused<K, V>> {
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
         let shard = self.shard(hash);
@@ -164,8 +165,8 @@ where
         cell: usize,
         kept: u64,
         guard: &Guard,
-    ) -> Arc<V> {
-        let value = arc_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
+    ) -> Handle<V> {
+        let value = handle_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
         // SAFETY: (I6) the caller's contract.
@@ -215,7 +216,7 @@ where
 
     /// Tells the listener, if any, that `value` left the cache. It runs after the cache is
     /// consistent again, holding nothing another thread waits for.
-    pub(super) fn notify(&self, key: &K, value: &Arc<V>, cause: RemovalCause) {
+    pub(super) fn notify(&self, key: &K, value: &Handle<V>, cause: RemovalCause) {
         if let Some(listener) = &self.listener {
             listener(key, value, cause);
         }
@@ -226,7 +227,7 @@ where
     /// nothing was taken: `pred` refused, or someone else removed or replaced the value first
     /// (the eviction policy's victim is that node, not its replacement, unless `how` follows).
     ///
-    /// Else the weight the value held (`how.kept` included), and the value, as an `Arc` of its
+    /// Else the weight the value held (`how.kept` included), and the value, as a handle of its
     /// own, if `how` hands it back. A caller that only evicts does not, and when no listener
     /// needs it either, no reference count of the value is written here.
     ///
@@ -239,8 +240,8 @@ where
         shard: &Shard<K, V>,
         guard: &Guard,
         how: Take,
-        pred: impl Fn(&Arc<V>) -> bool,
-    ) -> Option<(u64, Option<Arc<V>>)> {
+        pred: impl Fn(&V) -> bool,
+    ) -> Option<(u64, Option<Handle<V>>)> {
         let Take {
             cause,
             follow,
@@ -259,10 +260,7 @@ where
                 continue;
             }
             let value = value_of::<V>(cell)?;
-            // SAFETY: (I6) the cell's count stays where it is; this only lends `pred` the value
-            // as an `Arc` (never dropped here), alive under `guard` (I6).
-            let lent = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(value as *const V) });
-            if !pred(&lent) {
+            if !pred(value) {
                 return None;
             }
             // The CAS fails if a replacement or another removal got there first.
@@ -274,7 +272,7 @@ where
         // Relaxed: a size statistic.
         shard.live.fetch_sub(1, Ordering::Relaxed);
         let value = (hand_back || self.listener.is_some())
-            .then(|| arc_of(value_of::<V>(cell).expect("a value was taken out of the cell")));
+            .then(|| handle_of(value_of::<V>(cell).expect("a value was taken out of the cell")));
         // The CAS that took the value acquired its publication, weight included.
         let weight = node.acquired_weight();
         self.budget.release(weight - kept);
@@ -300,7 +298,7 @@ where
     }
 
     /// Removes the value for `key` if `pred` accepts it.
-    pub(crate) fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&Arc<V>) -> bool) -> Option<Arc<V>>
+    pub(crate) fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&V) -> bool) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -321,7 +319,7 @@ where
         Some(removed.1.expect("a removal by key hands the value back"))
     }
 
-    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Arc<V>>
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -341,7 +339,7 @@ pub(super) struct Take {
     /// Weight (at most the node's) that stays reserved for the caller instead of being
     /// released: an evictor passes it to the entry it makes room for (I5).
     kept: u64,
-    /// Whether the caller wants the value back as an `Arc` of its own.
+    /// Whether the caller wants the value back as a handle of its own.
     hand_back: bool,
 }
 

@@ -12,6 +12,7 @@ use super::lock;
 use super::shared::Shared;
 use super::slab::*;
 use super::staging::Staging;
+use crate::cache::Handle;
 use crate::constant::ConstantBuffer;
 use crate::pool::{PoolManager, WhenExhausted};
 use crate::sync::{AtomicU64, Ordering};
@@ -141,7 +142,7 @@ impl VulkanAllocatorBuilder {
 pub struct VulkanAllocator {
     pub(super) shared: Arc<Shared>,
     /// Buffers waiting for a fence before they may be freed.
-    pub(super) retired: SegQueue<(vk::Fence, Arc<ConstantBuffer>)>,
+    pub(super) retired: SegQueue<(vk::Fence, Handle<ConstantBuffer>)>,
 }
 
 impl VulkanAllocator {
@@ -497,12 +498,12 @@ impl VulkanAllocator {
     }
 
     /// Keeps `buffer` alive until `fence` signals, then lets it go (freeing it if this was the
-    /// last `Arc`). For a buffer evicted or removed from a cache while a submission that reads
+    /// last handle). For a buffer evicted or removed from a cache while a submission that reads
     /// it may still run. Retired buffers are checked at every [`allocate`](Self::allocate),
     /// at [`collect_retired`](Self::collect_retired), and waited for when the allocator drops.
     ///
     /// The fence stays the caller's: it must stay valid (not destroyed or reset) until then.
-    pub fn retire_after(&self, fence: vk::Fence, buffer: Arc<ConstantBuffer>) {
+    pub fn retire_after(&self, fence: vk::Fence, buffer: Handle<ConstantBuffer>) {
         self.retired.push((fence, buffer));
     }
 

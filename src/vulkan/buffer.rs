@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 /// A device-local Vulkan buffer made by a [`VulkanAllocator`](super::VulkanAllocator); freed when dropped.
 ///
-/// **Contract:** the device must be done with the buffer before it drops. Hold its `Arc`
-/// (the cache's `Arc<ConstantBuffer>`) until every submission that reads it has completed, or
+/// **Contract:** the device must be done with the buffer before it drops. Hold its handle
+/// (the cache's `Handle<ConstantBuffer>`) until every submission that reads it has completed, or
 /// hand it to [`VulkanAllocator::retire_after`](super::VulkanAllocator::retire_after) with that submission's fence.
 pub struct DeviceBuffer {
     /// Its own buffer, or (for a slot) its block's, which it does not own.

@@ -39,10 +39,11 @@
 //!
 //! # Lifetimes
 //!
-//! A [`DeviceBuffer`] is freed when the last `Arc<ConstantBuffer>` holding it drops. The
-//! contract: **hold the `Arc` until every submission that reads the buffer has completed.** A
-//! cache may evict or remove the buffer at any time, but the caller's `Arc` keeps it alive.
-//! Where holding it is awkward, [`VulkanAllocator::retire_after`] takes the `Arc` and a fence
+//! A [`DeviceBuffer`] is freed when the last [`Handle`](crate::Handle) of its
+//! `ConstantBuffer` drops. The contract: **hold the handle until every submission that reads
+//! the buffer has completed.** A cache may evict or remove the buffer at any time, but the
+//! caller's handle keeps it alive.
+//! Where holding it is awkward, [`VulkanAllocator::retire_after`] takes the handle and a fence
 //! and lets go of it once the fence has signalled.
 //!
 //! # Invariants
