@@ -284,8 +284,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.raw
-            .lookup(key, |k| k.borrow() == key, |v| v.map(crate::raw::handle_of))
+        self.raw.lookup(
+            key,
+            |k| k.borrow() == key,
+            |v| v.map(crate::raw::handle_of::<K, V>),
+        )
     }
 
     /// A clone of the cached value for `key`, made while the cache is pinned: no reference
@@ -309,7 +312,8 @@ where
         probe: &Q,
         eq: impl Fn(&K) -> bool,
     ) -> Option<Handle<V>> {
-        self.raw.lookup(probe, eq, |v| v.map(crate::raw::handle_of))
+        self.raw
+            .lookup(probe, eq, |v| v.map(crate::raw::handle_of::<K, V>))
     }
 
     /// Pins the cache on this thread for a run of reads that touch no reference count; see

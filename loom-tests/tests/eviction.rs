@@ -139,3 +139,48 @@ fn a_shrink_racing_an_evicting_insert_keeps_the_budget() {
         assert_eq!(drops.load(Ordering::Relaxed), 2);
     });
 }
+
+/// (h) The value's own count: a reader's handle is the last owner, and its drop races the
+/// eviction that takes the value out of its node and the epoch retirement of the node's
+/// count of it; a weak handle upgrades only while some owner is left. The value drops
+/// exactly once, never while held, and nothing is left when the cache drops.
+#[test]
+fn a_last_handle_drop_races_an_eviction_and_its_retirement() {
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let heard = Arc::new(Heard::default());
+        let c = Arc::new(evicting(1, heard.clone()));
+        let value = |key| Tracked {
+            key,
+            drops: drops.clone(),
+        };
+        assert!(c.insert(1, value(1)).is_ok());
+        let held = c.get(&1).expect("cached");
+        let weak = runcache::Handle::downgrade(&held);
+        let (c2, d2) = (c.clone(), drops.clone());
+        let reader = thread::spawn(move || {
+            assert_eq!(held.key, 1);
+            assert_eq!(d2.load(Ordering::Relaxed), 0, "dropped while held");
+            drop(held);
+            runcache::__loom_thread_exit();
+            drop(c2);
+        });
+        assert!(c.insert(2, value(2)).is_ok(), "evicts key 1");
+        c.reclaim();
+        if let Some(again) = weak.upgrade() {
+            assert_eq!(again.key, 1, "an upgrade finds the value it was made from");
+            assert_eq!(drops.load(Ordering::Relaxed), 0, "upgraded a dropped value");
+        }
+        reader.join().unwrap();
+        c.reclaim();
+        assert!(
+            weak.upgrade().is_none(),
+            "no owner is left after the reclaim"
+        );
+        assert_eq!(drops.load(Ordering::Relaxed), 1, "key 1 drops exactly once");
+        drop(weak);
+        assert_eq!(heard.0[0].load(Ordering::Relaxed), 1);
+        drop(c);
+        assert_eq!(drops.load(Ordering::Relaxed), 2, "the cache drops key 2");
+    });
+}

@@ -28,6 +28,15 @@ fn full_table() -> Arc<Cache<u32, u64, Fixed>> {
     Arc::new(c)
 }
 
+/// Runs a model with a higher branch limit than loom's default of 1,000: a migration, the
+/// values' own counts (one count written per handle taken and dropped) and the collector's
+/// queue at the cache's drop make executions longer than that.
+fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 10_000;
+    builder.check(model);
+}
+
 /// Runs `insert(3, 3)`, which migrates the table, on another thread.
 fn migrate(c: &Arc<Cache<u32, u64, Fixed>>) -> thread::JoinHandle<()> {
     let c = c.clone();
@@ -40,7 +49,7 @@ fn migrate(c: &Arc<Cache<u32, u64, Fixed>>) -> thread::JoinHandle<()> {
 /// A reader never misses a key that is present throughout a migration.
 #[test]
 fn a_reader_sees_every_key_through_a_migration() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let t = migrate(&c);
         let pinned = c.pin();
@@ -57,7 +66,7 @@ fn a_reader_sees_every_key_through_a_migration() {
 /// A replacement racing the migration lands exactly once, and is not undone by a copy.
 #[test]
 fn a_replacement_racing_a_migration_is_kept() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let t = migrate(&c);
         assert_eq!(c.insert(1, 10).unwrap().as_deref(), Some(&1));
@@ -74,7 +83,7 @@ fn a_replacement_racing_a_migration_is_kept() {
 /// A removal racing the migration is not undone by a copy of the removed entry.
 #[test]
 fn a_removal_racing_a_migration_stays_removed() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let t = migrate(&c);
         assert_eq!(c.remove(&1).as_deref(), Some(&1));
@@ -91,7 +100,7 @@ fn a_removal_racing_a_migration_stays_removed() {
 /// the loading entry is copied into the new table while it builds.
 #[test]
 fn a_build_that_starts_a_migration_runs_once() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let builds = Arc::new(AtomicUsize::new(0));
         let (c2, b2) = (c.clone(), builds.clone());
@@ -120,7 +129,7 @@ fn a_build_that_starts_a_migration_runs_once() {
 /// stays only if it landed after the clear passed it.
 #[test]
 fn a_clear_racing_a_migration_removes_what_was_there() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let t = migrate(&c);
         c.clear();
@@ -140,7 +149,7 @@ fn a_clear_racing_a_migration_removes_what_was_there() {
 /// iteration finishes a migration in flight before it walks the shard).
 #[test]
 fn an_iteration_racing_a_migration_yields_each_cached_key_once() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let t = migrate(&c);
         let mut seen: Vec<(u32, u64)> = c.pin().iter().map(|(k, v)| (*k, *v)).collect();
@@ -163,7 +172,7 @@ fn an_iteration_racing_a_migration_yields_each_cached_key_once() {
 /// got to, keeps the others, and leaves the accounting exact.
 #[test]
 fn a_retain_racing_a_migration_removes_exactly_the_refused_key() {
-    loom::model(|| {
+    check(|| {
         let c = full_table();
         let t = migrate(&c);
         assert_eq!(c.retain(|k, _| *k != 1), 1);

@@ -78,7 +78,7 @@ where
             View::Ready { node, value } => {
                 self.touch(node);
                 pin.looked_up(true);
-                Some(handle_of(value))
+                Some(handle_of::<K, V>(value))
             }
             _ => None,
         }
@@ -115,7 +115,7 @@ where
                         None => {
                             let node = *mine.get_or_insert_with(|| {
                                 let k = key.take().expect("key present until moved into a node");
-                                Arc::into_raw(Arc::new(Node::new(hash, k, None, token)))
+                                Arc::into_raw(Node::new(hash, k, None, token))
                             });
                             if !shard.link(&pos, node, &pin.guard) {
                                 continue;
@@ -162,7 +162,7 @@ where
                         node: holder,
                         value,
                     } => {
-                        let value = handle_of(value);
+                        let value = handle_of::<K, V>(value);
                         self.touch(holder);
                         pin.stats.bump(Counter::Hit);
                         // SAFETY: (I1) an unlinked node of ours, never shared.
@@ -193,7 +193,7 @@ where
                             if let View::Ready { value, .. } = held.view(&pin.guard) {
                                 // SAFETY: (I1) as above.
                                 drop(mine.map(|n| unsafe { Arc::from_raw(n) }));
-                                return Served::Shared(handle_of(value));
+                                return Served::Shared(handle_of::<K, V>(value));
                             }
                         } else if state == DEAD {
                             match held.outcome() {
@@ -245,21 +245,20 @@ where
         let served = match result {
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
-                let value = Arc::new(v);
                 if self.reserve(weight, stats) {
                     // Relaxed: a size statistic (counted before a remover can uncount it).
                     shard.live.fetch_add(1, Ordering::Relaxed);
-                    node.publish(Arc::clone(&value), weight);
+                    let value = node.publish(v, weight);
                     node.slot.finish(READY);
                     self.admit(Arc::clone(&node));
                     attempt.done = true;
                     return Served::Built {
-                        value: Handle::from_arc(value),
+                        value,
                         cached: true,
                     };
                 }
                 stats.bump(Counter::Rejection);
-                let value = Handle::from_arc(value);
+                let value = Handle::new(v);
                 node.set_outcome(Outcome::Uncached(value.clone()));
                 Served::Built {
                     value,

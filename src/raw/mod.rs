@@ -42,7 +42,8 @@
 //!   values carry none.
 //! - **I6 (value lifetime).** The count a cell holds of a value taken out of it is released
 //!   through the epoch collector, so a reader that loaded the value under a guard may still
-//!   borrow it or take an `Arc` of it. The `V` itself lives until its last `Arc` drops.
+//!   borrow it or take a handle of it. The `V` itself, which lives in its node, is dropped by
+//!   its last owner (C1 in `handle`): a handle, or the cell's deferred release.
 //! - **I7 (reclamation domain).** Each cache has its own collector. Everything it retired runs
 //!   by the time the cache's `drop` returns: the drop releases every thread's registration
 //!   (its batch of retirements goes to the collector, its handle is finalized), whether that
@@ -372,11 +373,8 @@ where
 /// Takes the key and value back out of a node that was never linked.
 ///
 /// # Safety
-/// - `n` came from `Arc::into_raw(Arc::new(..))`, was never linked, and is not used afterwards.
-unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<Arc<V>>) {
-    // SAFETY: (I1) never shared, so ours is the only count.
-    let node = unsafe { Arc::from_raw(n) };
-    Arc::try_unwrap(node)
-        .unwrap_or_else(|_| unreachable!("a node that was never linked has one count"))
-        .into_parts()
+/// - `n` came from `Arc::into_raw(Node::new(..))`, was never linked, and is not used afterwards.
+unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<V>) {
+    // SAFETY: (I1) never shared, so ours is the only count (besides its value's).
+    Node::into_parts(unsafe { Arc::from_raw(n) })
 }

@@ -1,20 +1,25 @@
-//! An entry node: the key, its single-flight slot, its value cell and the policy's state.
+//! An entry node: the key, its single-flight slot, its value cell, the policy's state and the
+//! value itself, with the count of its owners ([`Counted`]).
 //!
 //! Nodes are allocated as `Arc<Node>`. Each table that points at a node holds one strong
-//! count of it (**I1**); builders, parked waiters and the eviction queues hold their own.
+//! count of it (**I1**); builders, parked waiters, the eviction queues and the value (while
+//! it has owners, C1) hold their own.
 //!
 //! # Invariants of the value cell
 //!
 //! - **N1 (cell ownership).** The cell word owns what it names: an untagged non-null word
-//!   is one strong count of an `Arc<V>`, a `FORWARD` word one strong count of the node it
-//!   forwards to, an `OUTCOME` word a `Box<Outcome<V>>` that nothing replaces. Whoever swaps
-//!   a word out of the cell takes over what it owns; `Drop` releases what is left, once.
+//!   is the address of the node's own value and one count of it (C1), a `FORWARD` word one
+//!   strong count of the node it forwards to, an `OUTCOME` word a `Box<Outcome<V>>` that
+//!   nothing replaces. Whoever swaps a word out of the cell takes over what it owns. A node
+//!   is never dropped with a value in its cell (the value's owners hold a count of the node,
+//!   C1): the shard's `Drop` releases the cells of the nodes still cached; `Drop` releases
+//!   a forward or an outcome, once.
 //! - **N2 (loom witness).** The loom-only weight witness is written once, by the builder,
 //!   before the Release that publishes the value, and read only after acquiring that value.
 
 #![allow(unsafe_code)]
 
-use super::handle::Handle;
+use super::handle::{Count, Counted, Handle};
 use super::slot::{Slot, LOADING, READY};
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
@@ -23,11 +28,13 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::any::Any;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// How a build attempt that cached nothing ended, for the callers that waited on it.
 pub(crate) enum Outcome<V> {
-    /// The value was built but did not fit: waiters share it, uncached.
+    /// The value was built but did not fit: waiters share it, uncached (in an allocation of
+    /// its own: the node's stays empty).
     Uncached(Handle<V>),
     /// The builder returned an error.
     Failed(Arc<dyn Any + Send + Sync>),
@@ -57,14 +64,16 @@ const TAGS: usize = 7;
 ///
 /// Nodes are allocated as `Arc<Node>`; every table slot that points at one holds a strong
 /// count (**I1**). `repr(C)`, with what a hit reads first (the hash, the value cell, the
-/// policy byte) and the key right after them.
+/// policy byte) and the key right after them, the value last (a large value does not push
+/// the key away from the cell).
 #[repr(C)]
 pub(crate) struct Node<K, V> {
     /// The key's full hash: probing compares it before the key.
     pub(crate) hash: u64,
     /// The value cell (**I4**, **I6**), one of:
     /// - 0: no value (it was removed);
-    /// - a pointer from `Arc::into_raw` (the cell owns that count): the cached value;
+    /// - the address of this node's own value (the cell owns one count of it, C1): the
+    ///   cached value;
     /// - a node pointer tagged [`FORWARD`] (the cell owns a strong count of that node): the
     ///   value was replaced, and the replacement lives in that node;
     /// - `token << 3` tagged [`BUILDER`]: the node is loading, built by that thread (used to
@@ -72,10 +81,10 @@ pub(crate) struct Node<K, V> {
     /// - a `Box<Outcome>` pointer tagged [`OUTCOME`] (the cell owns it): the attempt ended
     ///   without caching, and this is what its waiters get.
     ///
-    /// The pointers point into `Arc` or `Box` allocations of at least 8-byte alignment (an
-    /// `Arc`'s two counters, an `Outcome`'s pointers), so the low three bits are free for the
-    /// tags. A cell holds a value at most once: builder → value or outcome, value → 0 or
-    /// forward, never back.
+    /// The pointers are 8-aligned (a node's value follows the 8-byte count in `Counted`, at an
+    /// offset that is a multiple of 8 in a node aligned to at least 8; an `Outcome` is a box
+    /// of pointers), so the low three bits are free for the tags. A cell holds a value at
+    /// most once: builder → value or outcome, value → 0 or forward, never back.
     value: AtomicUsize,
     pub(crate) slot: Slot,
     /// The eviction policy's state for this entry.
@@ -89,29 +98,62 @@ pub(crate) struct Node<K, V> {
     /// so that the models check that publishing orders the weight before the value.
     #[cfg(runcache_loom)]
     witness: UnsafeCell<u64>,
-    _owns: PhantomData<Arc<V>>,
+    /// The value and the count of its owners (C1): written once (at creation, or by the
+    /// builder before publishing), dropped by its last owner.
+    counted: Counted<V>,
+    _owns: PhantomData<V>,
 }
 
-// A `u64 → u64` node is 40 bytes, 56 with the `Arc` header: a 64-byte allocation.
+// A `u64 → u64` node is 56 bytes, 72 with the `Arc` header: an 80-byte allocation, the only
+// one of the entry.
 #[cfg(not(runcache_loom))]
-const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 40);
+const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 56);
 
-// SAFETY: (N1) a node owns a `K`, maybe an `Arc<V>`, an outcome and a node it forwards to; it
-// moves between threads with them. All shared state is atomic (the loom-only witness is
-// written before the value is published and read after acquiring it).
+// SAFETY: (N1) a node owns a `K`, maybe a `V`, an outcome and a node it forwards to; it moves
+// between threads with them. All shared state is atomic (the loom-only witness is written
+// before the value is published and read after acquiring it).
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Node<K, V> {}
 // SAFETY: (N1) as above; `&K` and `&V` are handed to other threads, hence `K: Sync`, `V: Sync`.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Node<K, V> {}
 
 impl<K, V> Node<K, V> {
-    /// A new entry node; with `value` it is created `READY`, without it `LOADING` for the
-    /// thread `builder`.
-    pub(crate) fn new(hash: u64, key: K, value: Option<(Arc<V>, u64)>, builder: u64) -> Self {
-        let (slot, cell, weight) = match value {
-            Some((v, w)) => (Slot::ready(), Arc::into_raw(v) as usize, w),
-            None => (Slot::loading(), (builder << 3) as usize | BUILDER, 0),
+    /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of its
+    /// `Arc`.
+    ///
+    /// # Safety
+    /// - `c` is the `Counted` of a live node allocated as `Arc<Node>` (I1, C2); for
+    ///   `Count::Unhold`, the caller owns the count it releases.
+    unsafe fn ops(c: NonNull<Counted<V>>, count: Count) {
+        let offset = std::mem::offset_of!(Self, counted);
+        // (C2) `counted` lies `offset` bytes into its `repr(C)` node.
+        let node = c
+            .as_ptr()
+            .cast_const()
+            .wrapping_byte_sub(offset)
+            .cast::<Self>();
+        // SAFETY: (I1, C2) the caller's contract.
+        unsafe {
+            match count {
+                Count::Hold => Arc::increment_strong_count(node),
+                Count::Unhold => Arc::decrement_strong_count(node),
+            }
+        }
+    }
+
+    /// A new entry node, with one strong count for the caller; with `value` it is created
+    /// `READY`, its cell owning the value's one count (which holds one more strong count of
+    /// the node, C1), without it `LOADING` for the thread `builder`.
+    pub(crate) fn new(hash: u64, key: K, value: Option<(V, u64)>, builder: u64) -> Arc<Self> {
+        let (slot, cell, weight, counted) = match value {
+            Some((v, w)) => (Slot::ready(), 0, w, Counted::with(v, 1)),
+            None => (
+                Slot::loading(),
+                (builder << 3) as usize | BUILDER,
+                0,
+                Counted::empty(),
+            ),
         };
-        Self {
+        let node = Arc::new(Self {
             hash,
             value: AtomicUsize::new(cell),
             slot,
@@ -120,13 +162,29 @@ impl<K, V> Node<K, V> {
             weight: AtomicU64::new(weight),
             #[cfg(runcache_loom)]
             witness: UnsafeCell::new(weight),
+            counted,
             _owns: PhantomData,
+        });
+        if cell == 0 {
+            let p = node.counted.value_ptr() as usize;
+            debug_assert!(p != 0 && p & TAGS == 0, "a value's address is 8-aligned");
+            // Relaxed: the node is not shared yet; linking it publishes the cell.
+            node.value.store(p, Ordering::Relaxed);
+            // SAFETY: (C1) the value's own count of its node, released by its last owner.
+            unsafe { Arc::increment_strong_count(Arc::as_ptr(&node)) };
         }
+        node
     }
 
     /// Publishes the value of a `LOADING` node (its builder calls this once, before
-    /// finishing the slot).
-    pub(crate) fn publish(&self, value: Arc<V>, weight: u64) {
+    /// finishing the slot); returns a handle of it for the builder.
+    pub(crate) fn publish(&self, value: V, weight: u64) -> Handle<V> {
+        // SAFETY: (C1) a loading node's value is empty and only its builder (the caller)
+        // writes it, before the Release swap below publishes it; two owners: the cell and
+        // the handle returned.
+        unsafe { self.counted.fill(value, 2) };
+        // SAFETY: (I1, C1) the builder holds a count of the node; this is the value's own.
+        unsafe { Arc::increment_strong_count(self as *const Self) };
         // Relaxed: published by the Release swap below.
         self.weight.store(weight, Ordering::Relaxed);
         // SAFETY: (N2) only the builder writes, once, before the value is published; the witness
@@ -137,12 +195,14 @@ impl<K, V> Node<K, V> {
         // the weight and the value.
         let prev = self
             .value
-            .swap(Arc::into_raw(value) as usize, Ordering::Release);
+            .swap(self.counted.value_ptr() as usize, Ordering::Release);
         debug_assert_eq!(
             prev & TAGS,
             BUILDER,
             "a value cell is filled once, by its builder"
         );
+        // SAFETY: (C1, C2) the second of the two counts `fill` made; this node's ops.
+        unsafe { Handle::adopt(NonNull::from(&self.counted), Self::ops) }
     }
 
     /// The weight reserved for the value, for the policy (which got the node from the thread
@@ -242,7 +302,7 @@ impl<K, V> Node<K, V> {
             if is_value(c) {
                 // The common case first: an untagged, non-null cell is the value. (Folding
                 // this into the general path below measured slower on 1M-key hits.)
-                // SAFETY: (I6) a value pointer from `Arc::into_raw`, alive while the guard is (I6).
+                // SAFETY: (I6) the address of the node's value, alive while the guard is (I6).
                 let value = unsafe { &*(c as *const V) };
                 return View::Ready { node: n, value };
             }
@@ -260,7 +320,7 @@ impl<K, V> Node<K, V> {
                 n = next;
                 continue;
             }
-            // SAFETY: (I6) a value pointer from `Arc::into_raw`, alive while the guard is (I6).
+            // SAFETY: (I6) the address of the node's value, alive while the guard is (I6).
             let value = unsafe { &*(c as *const V) };
             return View::Ready { node: n, value };
         }
@@ -281,21 +341,47 @@ impl<K, V> Node<K, V> {
         debug_assert_eq!(prev & TAGS, BUILDER, "an attempt's outcome was set twice");
     }
 
-    /// Takes the key and value back out of a node that was never shared.
-    pub(crate) fn into_parts(self) -> (K, Option<Arc<V>>) {
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: (N1) `this` is never dropped, so the key is read out exactly once.
-        let key = unsafe { std::ptr::read(&this.key) };
+    /// Takes the key and value back out of a node that was never shared: `node` is its one
+    /// strong count besides its value's.
+    pub(crate) fn into_parts(node: Arc<Self>) -> (K, Option<V>) {
         // Relaxed: never shared.
-        let c = this.value.load(Ordering::Relaxed);
+        let c = node.value.swap(0, Ordering::Relaxed);
         debug_assert!(
             c & TAGS == 0 || c & TAGS == BUILDER,
             "a node never shared holds no outcome and forwards nowhere"
         );
-        // SAFETY: (N1) the cell's count of the value, taken out exactly once.
-        let value = is_value(c).then(|| unsafe { Arc::from_raw(c as *const V) });
-        // The slot, the policy state and the (null) outcome own nothing that needs dropping.
+        let value = is_value(c).then(|| {
+            // SAFETY: (N1, C1) the cell's count was the value's only one, and nobody else
+            // reaches the node; the value is read out once, and its count of the node goes.
+            unsafe {
+                let v = node.counted.take();
+                Arc::decrement_strong_count(Arc::as_ptr(&node));
+                v
+            }
+        });
+        let node = Arc::try_unwrap(node)
+            .unwrap_or_else(|_| unreachable!("a node that was never shared has one count"));
+        let this = std::mem::ManuallyDrop::new(node);
+        // SAFETY: (N1) `this` is never dropped, so the key is read out exactly once. The
+        // slot, the policy state and the emptied cell and value own nothing to drop.
+        let key = unsafe { std::ptr::read(&this.key) };
         (key, value)
+    }
+
+    /// Releases the count of a cached value that the cell still owns, for a shard that is
+    /// dropping with the node still in its table (a node in two tables is met twice: the
+    /// swap takes the count once).
+    ///
+    /// # Safety
+    /// - No reader can reach the node any more (the cache is dropping).
+    pub(crate) unsafe fn release_cached(&self) {
+        // Relaxed: the cache is dropping; nothing is concurrent.
+        let c = self.value.load(Ordering::Relaxed);
+        if is_value(c) {
+            self.value.store(0, Ordering::Relaxed);
+            // SAFETY: (N1, C1) the cell's count, taken out of it here, once.
+            unsafe { release_value::<K, V>(c as *const V) };
+        }
     }
 
     /// The outcome of a `DEAD` attempt, if it recorded one.
@@ -313,9 +399,8 @@ impl<K, V> Drop for Node<K, V> {
         // Relaxed: `&mut self`: nobody else can reach the node.
         let c = self.value.load(Ordering::Relaxed);
         let p = c & !TAGS;
+        debug_assert!(!is_value(c), "a node drops with a value in its cell (N1)");
         match c & TAGS {
-            // SAFETY: (N1) the cell's count of its value.
-            0 if c != 0 => drop(unsafe { Arc::from_raw(c as *const V) }),
             // SAFETY: (N1) the cell's strong count of the node it forwards to.
             FORWARD => drop(unsafe { Arc::from_raw(p as *const Node<K, V>) }),
             // SAFETY: (N1) created by `Box::into_raw` in `set_outcome`, owned by the cell.
@@ -355,21 +440,27 @@ pub(crate) fn unforward<K, V>(word: usize) -> *const Node<K, V> {
 /// The value a cell word holds, if it holds one.
 #[inline]
 pub(crate) fn value_of<'a, V>(cell: usize) -> Option<&'a V> {
-    // SAFETY: (I6) a value pointer from `Arc::into_raw`; the caller keeps it alive for `'a` (a
-    // guard under which the cell was read, I6).
+    // SAFETY: (I6) the address of a node's value; the caller keeps it alive for `'a` (a guard
+    // under which the cell was read, I6).
     is_value(cell).then(|| unsafe { &*(cell as *const V) })
 }
 
-/// A new handle of a value borrowed from a cell.
-#[inline]
-pub(crate) fn handle_of<V>(value: &V) -> Handle<V> {
-    let p: *const V = value;
-    // SAFETY: (I6) every value in a cell came from `Arc::into_raw` and is alive (the caller holds
-    // it under a guard), so taking one more strong count is valid.
-    Handle::from_arc(unsafe {
-        Arc::increment_strong_count(p);
-        Arc::from_raw(p)
-    })
+/// A new handle of a node's value borrowed from a cell.
+#[inline(always)]
+pub(crate) fn handle_of<K, V>(value: &V) -> Handle<V> {
+    // SAFETY: (I6, C1) a value in a cell is a node's own, and the cell's count keeps it alive
+    // while the caller's guard is (I6): its count is above 0 while this takes one more.
+    unsafe { Handle::acquire(Counted::of_value(value), Node::<K, V>::ops) }
+}
+
+/// Releases one count of a node's value, as its owner (C1).
+///
+/// # Safety
+/// - `value` is the address of a node's value, and the caller owns one count of it (one a
+///   cell held, say), which it does not use again.
+pub(crate) unsafe fn release_value<K, V>(value: *const V) {
+    // SAFETY: (C1, C2) the caller's contract.
+    drop(unsafe { Handle::adopt(NonNull::from(Counted::of_value(value)), Node::<K, V>::ops) });
 }
 
 /// Takes a count of a node found under a guard, so it outlives the guard.

@@ -39,7 +39,7 @@ where
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
         let shard = self.shard(hash);
-        let mut value = Some(Arc::new(value));
+        let mut value = Some(value);
         let mut key = Some(key);
         loop {
             let pin = self.pin_for(shard, hash);
@@ -51,8 +51,7 @@ where
                 if !self.reserve(weight, pin.stats) {
                     return Err(self.refuse(&pin, key, value, weight));
                 }
-                let node =
-                    Arc::into_raw(Arc::new(self.node_with(hash, &mut key, &mut value, weight)));
+                let node = Arc::into_raw(self.node_with(hash, &mut key, &mut value, weight));
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
@@ -73,14 +72,14 @@ where
                     node: current,
                     value: old,
                 } => {
-                    // A value cell's word is the value's `Arc::into_raw` pointer; if the cell
-                    // has changed since `view` read it, the CAS below fails and we retry.
+                    // A value cell's word is the value's address; if the cell has changed
+                    // since `view` read it, the CAS below fails and we retry.
                     let cell = old as *const V as usize;
                     let shared = weight.min(current.acquired_weight());
                     if !self.reserve(weight - shared, pin.stats) {
                         return Err(self.refuse(&pin, key, value, weight));
                     }
-                    let new = Arc::new(self.node_with(hash, &mut key, &mut value, weight));
+                    let new = self.node_with(hash, &mut key, &mut value, weight);
                     let forward = forward_to(Arc::clone(&new));
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
@@ -100,11 +99,7 @@ where
                             self.budget.release(weight - shared);
                             // SAFETY: (N1) the cell did not take the count `forward` carries.
                             drop(unsafe { Arc::from_raw(node::unforward::<K, V>(forward)) });
-                            let (k, v) = Arc::try_unwrap(new)
-                                .unwrap_or_else(|_| {
-                                    unreachable!("a node never shared has one count")
-                                })
-                                .into_parts();
+                            let (k, v) = Node::into_parts(new);
                             (key, value) = (Some(k), v);
                         }
                     }
@@ -124,9 +119,9 @@ where
         &self,
         hash: u64,
         key: &mut Option<K>,
-        value: &mut Option<Arc<V>>,
+        value: &mut Option<V>,
         weight: u64,
-    ) -> Node<K, V> {
+    ) -> Arc<Node<K, V>> {
         let k = key.take().expect("the key is in hand");
         let v = value.take().expect("the value is in hand");
         Node::new(hash, k, Some((v, weight)), 0)
@@ -138,12 +133,11 @@ where
         &self,
         pin: &Pin<'_>,
         key: Option<K>,
-        value: Option<Arc<V>>,
+        value: Option<V>,
         weight: u64,
     ) -> Refused<K, V> {
         pin.stats.bump(Counter::Rejection);
-        let value = Arc::try_unwrap(value.expect("the value is in hand when refusing"))
-            .unwrap_or_else(|_| unreachable!("an insert's value is never shared before it lands"));
+        let value = value.expect("the value is in hand when refusing");
         Refused {
             key: key.expect("the key is in hand when refusing"),
             value,
@@ -166,7 +160,8 @@ where
         kept: u64,
         guard: &Guard,
     ) -> Handle<V> {
-        let value = handle_of(value_of::<V>(cell).expect("a value was taken out of the cell"));
+        let value =
+            handle_of::<K, V>(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
         // SAFETY: (I6) the caller's contract.
@@ -177,15 +172,15 @@ where
     /// Releases a value's count once the readers pinned now have unpinned.
     ///
     /// # Safety
-    /// - `raw` is a count from `Arc::into_raw` that the caller owns, taken out of a cell by
-    ///   the caller's own CAS (so no new reader can load it), released nowhere else.
+    /// - `raw` is a node's value whose count (C1) the caller owns, taken out of a cell by the
+    ///   caller's own CAS (so no new reader can load it), released nowhere else.
     pub(super) unsafe fn defer_value(&self, raw: *const V, guard: &Guard) {
-        // SAFETY: (I6) current readers are pinned, and the collector runs the closure once, after
-        // the last of them unpins.
+        // SAFETY: (I6, C1) current readers are pinned, and the collector runs the closure once,
+        // after the last of them unpins; the count is the caller's.
         unsafe {
             self.domain
                 .pending()
-                .defer(guard, move || drop(Arc::from_raw(raw)))
+                .defer(guard, move || node::release_value::<K, V>(raw))
         };
     }
 
@@ -272,7 +267,7 @@ where
         // Relaxed: a size statistic.
         shard.live.fetch_sub(1, Ordering::Relaxed);
         let value = (hand_back || self.listener.is_some())
-            .then(|| handle_of(value_of::<V>(cell).expect("a value was taken out of the cell")));
+            .then(|| handle_of::<K, V>(value_of(cell).expect("a value was taken out of the cell")));
         // The CAS that took the value acquired its publication, weight included.
         let weight = node.acquired_weight();
         self.budget.release(weight - kept);

@@ -127,7 +127,7 @@ pub(crate) struct Shard<K, V> {
 }
 
 // SAFETY: (H3) a shard owns its tables and, through them, counts of its nodes, which hold `K` and
-// `Arc<V>`; they are dropped on whichever thread runs the deferred destructor or drops the
+// `V`; they are dropped on whichever thread runs the deferred destructor or drops the
 // cache, so `K: Send` and `V: Send + Sync` are required for the shard to move between threads.
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Shard<K, V> {}
 // SAFETY: (H3) every shared access goes through atomics; `&K` and `&V` are handed to other
@@ -434,7 +434,7 @@ impl<K: Eq, V> Shard<K, V> {
     /// here), for the caller to retire.
     ///
     /// # Safety
-    /// - `value`, if any, is a count from `Arc::into_raw` that the caller owns and that no
+    /// - `value`, if any, is the node's value, whose count (C1) the caller owns and that no
     ///   new reader can reach (it left the cell), to be released once readers pinned now
     ///   have unpinned.
     pub(crate) unsafe fn unlink_with(
@@ -559,14 +559,15 @@ unsafe fn retire<K, V>(
     // Null for none: two words, so that with `Pending`'s count the closure still fits
     // crossbeam's inline storage (three words) instead of a boxed allocation.
     let value = value.unwrap_or(std::ptr::null());
-    // SAFETY: (I1, I6) readers that can still reach `raw` or `value` are pinned; the closure runs
-    // after they unpin. Both came from `Arc::into_raw` (I1, I6).
+    // SAFETY: (I1, I6, C1) readers that can still reach `raw` or `value` are pinned; the closure
+    // runs after they unpin. The node's count came from `Arc::into_raw` (I1); the value's
+    // count is the caller's (C1). The value goes first: its count may hold the node.
     unsafe {
         pending.defer(guard, move || {
-            drop(Arc::from_raw(raw));
             if !value.is_null() {
-                drop(Arc::from_raw(value));
+                super::node::release_value::<K, V>(value);
             }
+            drop(Arc::from_raw(raw));
         })
     };
 }
@@ -577,6 +578,21 @@ impl<K, V> Drop for Shard<K, V> {
         // root and, if a migration was under way, the table it was copying into.
         unsafe {
             let guard = crossbeam_epoch::unprotected();
+            // The cells of the nodes still cached own a count of their values, which holds
+            // the node (C1, N1): release them first, so that the tables' counts are the
+            // nodes' last.
+            let mut t = self.root.load(Ordering::Relaxed, guard);
+            while !t.is_null() {
+                for slot in t.deref().slots.iter() {
+                    let p = slot.load(Ordering::Relaxed, guard);
+                    if !p.is_null() {
+                        // A slot not yet swung to its node's replacement reaches the cached
+                        // value through the forward.
+                        (*p.as_raw()).resolve().release_cached();
+                    }
+                }
+                t = t.deref().next.load(Ordering::Relaxed, guard);
+            }
             let mut t = self.root.load(Ordering::Relaxed, guard);
             while !t.is_null() {
                 let next = t.deref().next.load(Ordering::Relaxed, guard);
