@@ -134,6 +134,7 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     weigher: Option<Weigher<K, V>>,
     listener: Option<Listener<K, V>>,
     when_full: WhenFull,
+    entry_weight: Option<u64>,
     _types: PhantomData<fn(K, V)>,
 }
 
@@ -153,6 +154,17 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// is cached (callers waiting on that build take it over).
     pub fn weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
         self.weigher = Some(Box::new(weigher));
+        self
+    }
+
+    /// The weight a typical entry has, for a cache with a weigher: the table is presized for
+    /// `capacity / weight` entries (at most 2^20), so that filling the cache does not grow it
+    /// step by step. Without a weigher every entry weighs 1 and the table is presized for the
+    /// capacity anyway (unless it is unbounded); without this setting a weighted cache starts
+    /// small and grows. Presizing allocates 16 bytes per expected entry when the cache is
+    /// built (`build` refuses 0 with [`ConfigError::EntryWeight`]).
+    pub fn expected_entry_weight(mut self, weight: u64) -> Self {
+        self.entry_weight = Some(weight);
         self
     }
 
@@ -192,6 +204,7 @@ impl<K, V, S> CacheBuilder<K, V, S> {
             weigher: self.weigher,
             listener: self.listener,
             when_full: self.when_full,
+            entry_weight: self.entry_weight,
             _types: PhantomData,
         }
     }
@@ -207,13 +220,17 @@ where
     ///
     /// # Errors
     /// [`ConfigError::Shards`] when the shard count is not a power of two in
-    /// `1..=`[`MAX_SHARDS`].
+    /// `1..=`[`MAX_SHARDS`]; [`ConfigError::EntryWeight`] when the expected entry weight is
+    /// 0.
     pub fn build(self) -> Result<Cache<K, V, S>, ConfigError> {
         let shards = match self.shards {
             Some(n) if n.is_power_of_two() && n <= MAX_SHARDS => n,
             Some(requested) => return Err(ConfigError::Shards { requested }),
             None => default_shards(),
         };
+        if let Some(given @ 0) = self.entry_weight {
+            return Err(ConfigError::EntryWeight { given });
+        }
         Ok(Cache {
             raw: RawCache::new(
                 shards,
@@ -222,6 +239,7 @@ where
                 self.weigher,
                 self.listener,
                 self.when_full == WhenFull::Evict,
+                self.entry_weight,
             ),
         })
     }
@@ -252,6 +270,7 @@ where
             weigher: None,
             listener: None,
             when_full: WhenFull::Evict,
+            entry_weight: None,
             _types: PhantomData,
         }
     }
@@ -266,6 +285,7 @@ where
                 None,
                 None,
                 true,
+                None,
             ),
         }
     }

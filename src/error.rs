@@ -17,6 +17,12 @@ pub enum ConfigError {
         /// The shard count that was asked for.
         requested: usize,
     },
+    /// The expected entry weight must be at least 1: it divides the capacity into the number
+    /// of entries the table is presized for.
+    EntryWeight {
+        /// The weight that was given.
+        given: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -26,6 +32,10 @@ impl fmt::Display for ConfigError {
                 f,
                 "invalid shard count {requested}: it must be a power of two from 1 to {}",
                 crate::raw::MAX_SHARDS
+            ),
+            ConfigError::EntryWeight { given } => write!(
+                f,
+                "invalid expected entry weight {given}: it must be at least 1"
             ),
         }
     }

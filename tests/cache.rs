@@ -688,6 +688,62 @@ fn invalid_shard_counts_are_refused_with_the_value() {
 }
 
 #[test]
+fn a_zero_expected_entry_weight_is_refused_with_the_value() {
+    let e = Cache::<u8, Vec<u8>>::builder()
+        .weigher(|_, v| v.len() as u64)
+        .expected_entry_weight(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(e, ConfigError::EntryWeight { given: 0 });
+    assert!(e.to_string().contains("entry weight 0"), "{e}");
+}
+
+#[test]
+fn a_presized_cache_fills_to_its_capacity_without_growing() {
+    // By count: the capacity is the number of entries.
+    let c = Cache::<u64, u64>::builder()
+        .capacity(50_000)
+        .shards(4)
+        .build()
+        .unwrap();
+    let slots = c.__slots();
+    assert!(slots >= 2 * 50_000, "presized to {slots} slots");
+    for i in 0..50_000 {
+        c.insert(i, i).unwrap();
+    }
+    assert_eq!((c.__migrations(), c.__slots()), (0, slots), "no growth");
+    // By weight, with the expected weight of an entry.
+    let w = Cache::<u64, Vec<u8>>::builder()
+        .capacity(64 * 1024)
+        .weigher(|_, v| v.len() as u64)
+        .expected_entry_weight(64)
+        .shards(1)
+        .build()
+        .unwrap();
+    let slots = w.__slots();
+    for i in 0..1024 {
+        w.insert(i, vec![0; 64]).unwrap();
+    }
+    assert_eq!((w.__migrations(), w.__slots()), (0, slots), "no growth");
+    // Without it, a weighted cache starts small and grows.
+    let g = Cache::<u64, Vec<u8>>::builder()
+        .capacity(64 * 1024)
+        .weigher(|_, v| v.len() as u64)
+        .shards(1)
+        .build()
+        .unwrap();
+    assert!(g.__slots() < slots);
+    for i in 0..1024 {
+        g.insert(i, vec![0; 64]).unwrap();
+    }
+    assert!(g.__migrations() > 0);
+    for c in [&w, &g] {
+        c.__validate().unwrap();
+        assert_eq!(c.len(), 1024);
+    }
+}
+
+#[test]
 fn the_table_grows_while_staying_correct() {
     let c = Cache::<u64, u64>::builder().shards(2).build().unwrap();
     let before = c.__slots();
@@ -1047,8 +1103,8 @@ impl std::hash::Hasher for Crowded {
 
 #[test]
 fn keys_whose_hashes_crowd_or_collide_stay_distinct_through_growth() {
+    // Unbounded, so the tables start small (not presized) and grow.
     let c: Cache<u64, u64, std::hash::BuildHasherDefault<Crowded>> = Cache::builder()
-        .capacity(10_000)
         .shards(2)
         .hasher(Default::default())
         .build()

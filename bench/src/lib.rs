@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 /// The hasher of every subject that takes one, and of the unsynchronized `HashMap`.
 pub type Hasher = foldhash::fast::RandomState;
 
+/// `len` keys drawn uniformly from `0..keys`.
+pub fn uniform_keys(keys: u64, len: usize, seed: u64) -> Vec<u64> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.random_range(0..keys)).collect()
+}
+
 /// `len` keys in `0..keys` drawn from a Zipf distribution with exponent `s` (rank 1 is key 0).
 pub fn zipf_keys(keys: u64, s: f64, len: usize, seed: u64) -> Vec<u64> {
     let dist = rand_distr::Zipf::new(keys as f64, s).expect("valid Zipf parameters");
@@ -47,8 +53,11 @@ pub trait Subject: Send + Sync {
     }
 }
 
-/// runcache's `get`, which hands out an `Arc`.
+/// runcache's `get`, which hands out a counted `Handle` (an `Arc` before the value moved into
+/// the node; the subject keeps its name so the rows and plots keep theirs).
 pub struct RuncacheArc(pub runcache::Cache<u64, u64>);
+/// runcache's `get_cloned`, which copies the value out under the pin (no count written).
+pub struct RuncacheCloned(pub runcache::Cache<u64, u64>);
 /// runcache's `pin().get`, which borrows the value with no reference-count write.
 pub struct RuncachePinned(pub runcache::Cache<u64, u64>);
 /// papaya's `pin().get` (it has no `Arc` get).
@@ -58,6 +67,8 @@ pub struct Papaya(pub papaya::HashMap<u64, u64, Hasher>);
 pub struct PapayaArc(pub papaya::HashMap<u64, Arc<u64>, Hasher>);
 /// quick_cache's `get` (clones the `Arc`).
 pub struct QuickCache(pub quick_cache::sync::Cache<u64, Arc<u64>>);
+/// quick_cache's `get` over values stored inline (copies the `u64` out).
+pub struct QuickCacheInline(pub quick_cache::sync::Cache<u64, u64>);
 /// moka's `get` (clones the `Arc`).
 pub struct Moka(pub moka::sync::Cache<u64, Arc<u64>, Hasher>);
 /// dashmap's `get`, cloning the `Arc` out of the shard's read guard.
@@ -76,6 +87,30 @@ impl Subject for RuncacheArc {
     }
     fn insert(&self, k: u64, v: u64) {
         let _ = self.0.insert(k, v);
+    }
+    fn remove(&self, k: u64) {
+        self.0.remove(&k);
+    }
+}
+
+impl Subject for RuncacheCloned {
+    fn get(&self, k: u64) -> bool {
+        self.0.get_cloned(&k) == Some(k)
+    }
+    fn insert(&self, k: u64, v: u64) {
+        let _ = self.0.insert(k, v);
+    }
+    fn remove(&self, k: u64) {
+        self.0.remove(&k);
+    }
+}
+
+impl Subject for QuickCacheInline {
+    fn get(&self, k: u64) -> bool {
+        self.0.get(&k) == Some(k)
+    }
+    fn insert(&self, k: u64, v: u64) {
+        self.0.insert(k, v);
     }
     fn remove(&self, k: u64) {
         self.0.remove(&k);
@@ -193,6 +228,10 @@ pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
     match name {
         "runcache" => Box::new(RuncacheArc(runcache_with(capacity))),
         "runcache-pinned" => Box::new(RuncachePinned(runcache_with(capacity))),
+        "runcache-cloned" => Box::new(RuncacheCloned(runcache_with(capacity))),
+        "quick_cache-inline" => Box::new(QuickCacheInline(quick_cache::sync::Cache::new(
+            capacity as usize,
+        ))),
         "papaya" => Box::new(Papaya(papaya::HashMap::with_hasher(Hasher::default()))),
         "papaya-arc" => Box::new(PapayaArc(papaya::HashMap::with_hasher(Hasher::default()))),
         "quick_cache" => Box::new(QuickCache(quick_cache::sync::Cache::new(capacity as usize))),

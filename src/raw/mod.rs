@@ -83,6 +83,10 @@ use table::Shard;
 /// The largest shard count a builder accepts.
 pub const MAX_SHARDS: usize = 1 << 16;
 
+/// The most entries a cache presizes its tables for (2^20: 16 MiB of slots over all shards).
+/// A larger cache grows its tables beyond as it fills.
+pub(crate) const PRESIZE_MAX: u64 = 1 << 20;
+
 /// Why a value left the cache, as told to an [`on_evict`](crate::CacheBuilder::on_evict) listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -189,6 +193,7 @@ where
         weigher: Option<Weigher<K, V>>,
         listener: Option<Listener<K, V>>,
         evict: bool,
+        entry_weight: Option<u64>,
     ) -> Self {
         // Callers validate the count first (`ConfigError`); `shard` relies on a non-empty array.
         assert!(shards.is_power_of_two() && shards <= MAX_SHARDS);
@@ -199,10 +204,22 @@ where
         } else {
             1 << 14
         };
+        // The tables are presized for the entries the capacity holds: by count without a
+        // weigher, else by `entry_weight` if given. An unbounded cache starts small.
+        let weight = if weigher.is_none() {
+            Some(1)
+        } else {
+            entry_weight
+        };
+        let presize = match weight {
+            Some(w) if w > 0 && capacity != u64::MAX => (capacity / w).min(PRESIZE_MAX),
+            _ => 0,
+        };
+        let per_shard = presize.div_ceil(shards as u64) as usize;
         let domain = Domain::new();
         Self {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Shard::new(Arc::clone(domain.pending()))))
+                .map(|_| CachePadded::new(Shard::new(Arc::clone(domain.pending()), per_shard)))
                 .collect(),
             shard_mask: shards - 1,
             hasher,

@@ -7,6 +7,7 @@
 //! cargo run --release -p runcache-bench --bin compare -- --write     # also regenerate docs/BENCHMARKS.md
 //!                                                      # and the plots in docs/bench/
 //! cargo run --release -p runcache-bench --bin compare -- --quick     # a fraction of the operations
+//! cargo run --release -p runcache-bench --bin compare -- --only=hits,churn   # some sections
 //! ```
 //!
 //! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
@@ -175,6 +176,62 @@ fn hits(scale: &Scale, rows: &mut Vec<Row>) {
             let label = format!("hit, Zipf s={s}, {}k keys", keys / 1000);
             let unsync = [("HashMap", unsync), ("HashMap of Arc", unsync_arc)];
             push_hit_rows(rows, &label, &figure, &unsync, floor_arc);
+        }
+    }
+}
+
+/// Hits on a cache larger than the CPU caches: 100k and 1M keys looked up uniformly, so that
+/// nearly every lookup misses the caches on the slot and the entry. Three ways to read: pinned
+/// (`&V`) against papaya storing the value inline; a copy of the value out (runcache's
+/// `get_cloned`) against quick_cache storing the value inline; and runcache's counted handle
+/// against quick_cache storing `Arc<u64>`.
+fn hits_uniform(scale: &Scale, rows: &mut Vec<Row>) {
+    for keys in [100_000u64, 1_000_000] {
+        let stream = uniform_keys(keys, 1 << 20, 11);
+        let stream = &stream;
+        let names = [
+            "runcache-pinned",
+            "papaya",
+            "runcache-cloned",
+            "quick_cache-inline",
+            "runcache",
+            "quick_cache",
+        ];
+        let subjects: Vec<_> = names.iter().map(|n| hit_subject(n, keys)).collect();
+        let runs: Vec<Run<'_>> = subjects
+            .iter()
+            .map(|subject| {
+                batches(scale.hits, stream, move |batch| {
+                    black_box(subject.get_batch(batch));
+                })
+            })
+            .collect();
+        let figure: HashMap<&str, f64> = names.into_iter().zip(interleaved(runs)).collect();
+        drop(subjects);
+        let label = format!("hit, uniform, {}k keys", keys / 1000);
+        for (kind, subject, peers) in [
+            ("pinned", "runcache-pinned", vec![("papaya", "papaya")]),
+            (
+                "cloned out",
+                "runcache-cloned",
+                vec![("quick_cache storing u64", "quick_cache-inline")],
+            ),
+            (
+                "handle",
+                "runcache",
+                vec![
+                    ("quick_cache", "quick_cache"),
+                    ("quick_cache storing u64", "quick_cache-inline"),
+                ],
+            ),
+        ] {
+            rows.push(Row {
+                workload: format!("{label}, {kind}"),
+                unit: "M/s",
+                runcache: figure[subject],
+                peers: peers.into_iter().map(|(p, n)| (p, figure[n])).collect(),
+                higher_is_better: true,
+            });
         }
     }
 }
@@ -588,6 +645,11 @@ fn targets(rows: &[Row], storm: (f64, u64)) -> String {
     ];
     let mut out = String::from("| target | worst ratio in this run | |\n|---|---|---|\n");
     for (what, ratio, goal) in checks {
+        if ratio.is_infinite() {
+            // No row of this run measures it (`--only` left its section out).
+            let _ = writeln!(out, "| {what} | not measured | |");
+            continue;
+        }
         let verdict = if ratio >= goal { "met" } else { "missed" };
         let _ = writeln!(out, "| {what} | {ratio:.2}× | {verdict} |");
     }
@@ -864,14 +926,36 @@ fn figure(v: f64, unit: &str) -> String {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    const SECTIONS: [&str; 7] = [
+        "memory",
+        "hits",
+        "mixes",
+        "churn",
+        "storm",
+        "iteration",
+        "ratio",
+    ];
+    let mut only: Option<Vec<String>> = None;
     for a in &args {
-        if !matches!(a.as_str(), "--write" | "--quick") {
-            eprintln!("unknown argument {a:?}; expected --write and/or --quick");
+        if let Some(list) = a.strip_prefix("--only=") {
+            let list: Vec<String> = list.split(',').map(str::to_string).collect();
+            if let Some(bad) = list.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+                eprintln!("unknown section {bad:?} in --only; the sections: {SECTIONS:?}");
+                return ExitCode::from(2);
+            }
+            only = Some(list);
+        } else if !matches!(a.as_str(), "--write" | "--quick") {
+            eprintln!("unknown argument {a:?}; expected --write, --quick or --only=SECTION,..");
             return ExitCode::from(2);
         }
     }
     let quick = args.iter().any(|a| a == "--quick");
     let write = args.iter().any(|a| a == "--write");
+    if write && only.is_some() {
+        eprintln!("--write regenerates the whole report: it cannot be combined with --only");
+        return ExitCode::from(2);
+    }
+    let run = |section: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == section));
     let scale = if quick {
         Scale {
             hits: 1 << 18,
@@ -891,21 +975,40 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     let mut rows = Vec::new();
-    eprintln!("memory per entry ...");
-    memory(&mut rows);
-    eprintln!("hits ...");
-    hits(&scale, &mut rows);
-    hits_two_threads(&scale, &mut rows);
-    eprintln!("mixes ...");
-    let mix_plots = mixes(&scale, &mut rows);
-    eprintln!("churn ...");
-    churn(&scale, &mut rows);
-    eprintln!("storm ...");
-    let storm = storm(&scale, &mut rows);
-    eprintln!("iteration ...");
-    iteration(&mut rows);
-    eprintln!("hit ratio ...");
-    let (capacities, ratio_series) = hit_ratio(&scale);
+    if run("memory") {
+        eprintln!("memory per entry ...");
+        memory(&mut rows);
+    }
+    if run("hits") {
+        eprintln!("hits ...");
+        hits(&scale, &mut rows);
+        hits_uniform(&scale, &mut rows);
+        hits_two_threads(&scale, &mut rows);
+    }
+    let mut mix_plots = Vec::new();
+    if run("mixes") {
+        eprintln!("mixes ...");
+        mix_plots = mixes(&scale, &mut rows);
+    }
+    if run("churn") {
+        eprintln!("churn ...");
+        churn(&scale, &mut rows);
+    }
+    let mut storm_result = (f64::NAN, 0);
+    if run("storm") {
+        eprintln!("storm ...");
+        storm_result = storm(&scale, &mut rows);
+    }
+    if run("iteration") {
+        eprintln!("iteration ...");
+        iteration(&mut rows);
+    }
+    let (mut capacities, mut ratio_series) = (Vec::new(), Vec::new());
+    if run("ratio") {
+        eprintln!("hit ratio ...");
+        (capacities, ratio_series) = hit_ratio(&scale);
+    }
+    let storm = storm_result;
     let machine = machine();
     let table = table(&rows);
     let targets = targets(&rows, storm);

@@ -45,7 +45,7 @@ impl<K: Eq, V> Shard<K, V> {
         let slots = (copies + in_flight)
             .saturating_mul(4)
             .next_power_of_two()
-            .max(MIN_SLOTS);
+            .max(self.floor);
         let new = Owned::<Table<K, V>>::init(slots);
         // Release: pairs with the Acquire load in `Table::next`, publishing the new table.
         let _ = table.next.compare_exchange(

@@ -122,6 +122,11 @@ pub(crate) struct Shard<K, V> {
     pub(crate) live: AtomicUsize,
     /// Migrations finished (for tests).
     migrations: AtomicUsize,
+    /// The fewest slots a table of this shard has: the size it was presized to for the
+    /// entries the cache expects (a power of two of at least `MIN_SLOTS`). A migration that
+    /// sheds dead slots does not shrink the table below it, so a full cache does not grow
+    /// again after each one.
+    pub(crate) floor: usize,
     /// The cache's count of retired items not yet freed (see `Domain::reclaim`).
     pending: Arc<Pending>,
 }
@@ -135,13 +140,26 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Send for Shard<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K: Eq, V> Shard<K, V> {
-    pub(crate) fn new(pending: Arc<Pending>) -> Self {
+    /// A shard whose tables have room for `entries` entries without growing: twice as many
+    /// slots, since writers claim at most half a table (H4). Under the stress and loom cfgs
+    /// tables start at `MIN_SLOTS` whatever is expected, so that they migrate all the time.
+    pub(crate) fn new(pending: Arc<Pending>, entries: usize) -> Self {
+        let floor = if cfg!(any(runcache_stress, runcache_loom)) {
+            MIN_SLOTS
+        } else {
+            entries
+                .saturating_mul(2)
+                .checked_next_power_of_two()
+                .unwrap_or(MIN_SLOTS)
+                .max(MIN_SLOTS)
+        };
         let shard = Self {
-            root: Atomic::init(MIN_SLOTS),
+            root: Atomic::init(floor),
             hint_slots: AtomicUsize::new(0),
             hint_mask: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
+            floor,
             pending,
         };
         // SAFETY: (H5) the shard is not shared yet.
