@@ -1,9 +1,17 @@
-//! The safe facade: [`Cache`], its builder, and the pinned read handle.
+//! The safe facade: [`Cache`], its builder (`builder.rs`), and the pinned read handle
+//! (`pinned.rs`).
 
 #![forbid(unsafe_code)]
 
-use crate::error::{ConfigError, InsertError};
-use crate::raw::{counter::Counter, Listener, Pin, RawCache, Served, Weigher};
+mod builder;
+mod pinned;
+
+use builder::default_shards;
+pub use builder::{CacheBuilder, WhenFull};
+pub use pinned::Pinned;
+
+use crate::error::InsertError;
+use crate::raw::{counter::Counter, RawCache, Served};
 pub use crate::raw::{Handle, RemovalCause, WeakHandle, MAX_SHARDS};
 use std::borrow::Borrow;
 use std::convert::Infallible;
@@ -52,25 +60,6 @@ pub struct Fetched<V> {
     pub value: Handle<V>,
     /// Where it came from.
     pub source: Source,
-}
-
-/// What a cache does when an entry does not fit in the free capacity.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WhenFull {
-    /// Evict entries chosen by the scan-resistant policy (S3-FIFO with TinyLFU's admission
-    /// duel, see the crate docs) until the new one fits (the
-    /// default). An entry heavier than the whole capacity is still refused: it never flushes
-    /// the cache.
-    ///
-    /// The policy's frequency sketch and ghost are allocated when the cache is built: 28 to
-    /// 44 bytes per entry of capacity (16 to 32 of sketch, whose length is a power of two,
-    /// and 12 of ghost), for at most 2^20 entries (28 MiB); with a weigher, for 2^14 entries
-    /// (448 KiB), since the capacity then counts weight, not entries.
-    #[default]
-    Evict,
-    /// Refuse the new entry and keep the cached ones (constant tensor caches work this way).
-    Reject,
 }
 
 /// Counters of a cache's activity; exact once no operation is in flight and no [`Pinned`]
@@ -123,131 +112,6 @@ impl Stats {
             self.hits as f64 / total as f64
         }
     }
-}
-
-/// Builds a [`Cache`]; see [`Cache::builder`].
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
-    capacity: u64,
-    shards: Option<usize>,
-    hasher: S,
-    weigher: Option<Weigher<K, V>>,
-    listener: Option<Listener<K, V>>,
-    when_full: WhenFull,
-    entry_weight: Option<u64>,
-    _types: PhantomData<fn(K, V)>,
-}
-
-impl<K, V, S> CacheBuilder<K, V, S> {
-    /// The capacity: a number of entries with the default weigher, else a total weight
-    /// (bytes, say). 0 makes a disabled cache that caches nothing. Default: `u64::MAX`.
-    /// [`Cache::new`] takes it as its argument.
-    pub fn capacity(mut self, capacity: u64) -> Self {
-        self.capacity = capacity;
-        self
-    }
-
-    /// How much each entry counts against the capacity. Default: every entry weighs 1.
-    ///
-    /// The weigher runs once per entry, when the entry is inserted or built, outside any
-    /// shared state. If it panics, the panic reaches the caller that triggered it and nothing
-    /// is cached (callers waiting on that build take it over).
-    pub fn weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
-        self.weigher = Some(Box::new(weigher));
-        self
-    }
-
-    /// The weight a typical entry has, for a cache with a weigher: the table is presized for
-    /// `capacity / weight` entries (at most 2^20), so that filling the cache does not grow it
-    /// step by step. Without a weigher every entry weighs 1 and the table is presized for the
-    /// capacity anyway (unless it is unbounded); without this setting a weighted cache starts
-    /// small and grows. Presizing allocates 16 bytes per expected entry when the cache is
-    /// built (`build` refuses 0 with [`ConfigError::EntryWeight`]).
-    pub fn expected_entry_weight(mut self, weight: u64) -> Self {
-        self.entry_weight = Some(weight);
-        self
-    }
-
-    /// What to do when an entry does not fit: evict by policy (the default) or refuse it.
-    pub fn when_full(mut self, when_full: WhenFull) -> Self {
-        self.when_full = when_full;
-        self
-    }
-
-    /// A listener told about every value that leaves the cache, with the reason.
-    ///
-    /// It runs on the thread whose operation removed the value, after the cache is consistent
-    /// again and holding nothing that another thread waits for; the value itself stays alive
-    /// while anyone holds a handle of it. If it panics, the panic reaches that operation's caller
-    /// and the cache stays consistent (the entry is already gone).
-    pub fn on_evict(
-        mut self,
-        listener: impl Fn(&K, &Handle<V>, RemovalCause) + Send + Sync + 'static,
-    ) -> Self {
-        self.listener = Some(Box::new(listener));
-        self
-    }
-
-    /// The number of shards: a power of two (checked by [`build`](Self::build)). Default: the
-    /// next power of two of four times [`std::thread::available_parallelism`].
-    pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = Some(shards);
-        self
-    }
-
-    /// The hasher. Default: [`DefaultHashBuilder`].
-    pub fn hasher<S2>(self, hasher: S2) -> CacheBuilder<K, V, S2> {
-        CacheBuilder {
-            capacity: self.capacity,
-            shards: self.shards,
-            hasher,
-            weigher: self.weigher,
-            listener: self.listener,
-            when_full: self.when_full,
-            entry_weight: self.entry_weight,
-            _types: PhantomData,
-        }
-    }
-}
-
-impl<K, V, S> CacheBuilder<K, V, S>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-    V: Send + Sync + 'static,
-    S: BuildHasher,
-{
-    /// Builds the cache.
-    ///
-    /// # Errors
-    /// [`ConfigError::Shards`] when the shard count is not a power of two in
-    /// `1..=`[`MAX_SHARDS`]; [`ConfigError::EntryWeight`] when the expected entry weight is
-    /// 0.
-    pub fn build(self) -> Result<Cache<K, V, S>, ConfigError> {
-        let shards = match self.shards {
-            Some(n) if n.is_power_of_two() && n <= MAX_SHARDS => n,
-            Some(requested) => return Err(ConfigError::Shards { requested }),
-            None => default_shards(),
-        };
-        if let Some(given @ 0) = self.entry_weight {
-            return Err(ConfigError::EntryWeight { given });
-        }
-        Ok(Cache {
-            raw: RawCache::new(
-                shards,
-                self.capacity,
-                self.hasher,
-                self.weigher,
-                self.listener,
-                self.when_full == WhenFull::Evict,
-                self.entry_weight,
-            ),
-        })
-    }
-}
-
-fn default_shards() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores * 4).next_power_of_two().min(MAX_SHARDS)
 }
 
 /// A lock-free concurrent cache of values by key, handed out as counted [`Handle`]s; see the
@@ -650,81 +514,6 @@ where
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
             .finish_non_exhaustive()
-    }
-}
-
-/// A cache pinned on the current thread: reads through it return plain references and touch
-/// no reference count.
-///
-/// While a `Pinned` lives, memory of entries removed by any thread is not freed (it is freed
-/// after the last pin of that time is dropped), so keep it for a run of reads, not forever.
-/// Its lookups reach [`Cache::stats`] when it drops, all at once, so that a run of pinned
-/// reads writes no counter per read. It cannot leave its thread.
-#[must_use = "dropping a Pinned unpins at once"]
-pub struct Pinned<'c, K, V, S = DefaultHashBuilder> {
-    raw: &'c RawCache<K, V, S>,
-    pin: Pin<'c>,
-}
-
-impl<K, V, S> Pinned<'_, K, V, S>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-    V: Send + Sync + 'static,
-    S: BuildHasher,
-{
-    /// The cached value for `key`, borrowed for as long as this pin.
-    pub fn get<Q>(&self, key: &Q) -> Option<&V>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        debug_assert!(self.raw.owns(&self.pin.guard));
-        self.raw.get(key, &self.pin)
-    }
-
-    /// Whether a value is cached for `key`.
-    pub fn contains_key<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.get(key).is_some()
-    }
-
-    /// The cached entries, borrowed for as long as this pin, in no particular order.
-    ///
-    /// Other threads may change the cache meanwhile; the iteration is weakly consistent:
-    ///
-    /// - an entry cached from the call to the iteration's end is yielded exactly once, with
-    ///   its value at the moment the iteration reaches it;
-    /// - an entry inserted or removed meanwhile may or may not be yielded;
-    /// - an entry removed and inserted again meanwhile may be yielded once per insertion.
-    ///
-    /// Builds in flight are not yielded. Iterating reads only, except that a table
-    /// migration in flight (the table growing, or shedding removed entries) is finished when
-    /// the iteration reaches its shard, as the next writer of that shard would. Lookups
-    /// made this way are not counted in [`Cache::stats`].
-    ///
-    /// ```
-    /// use runcache::Cache;
-    ///
-    /// let cache: Cache<&str, u32> = Cache::new(10);
-    /// cache.insert("conv", 3).unwrap();
-    /// cache.insert("gemm", 4).unwrap();
-    /// let pinned = cache.pin();
-    /// let mut entries: Vec<_> = pinned.iter().collect();
-    /// entries.sort();
-    /// assert_eq!(entries, [(&"conv", &3), (&"gemm", &4)]);
-    /// ```
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
-        debug_assert!(self.raw.owns(&self.pin.guard));
-        self.raw.entries(&self.pin)
-    }
-}
-
-impl<K, V, S> fmt::Debug for Pinned<'_, K, V, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pinned").finish_non_exhaustive()
     }
 }
 
