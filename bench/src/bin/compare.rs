@@ -10,9 +10,10 @@
 //! cargo run --release -p runcache-bench --bin compare -- --only=hits,churn   # some sections
 //! ```
 //!
-//! Workloads (the criterion benches measure each one in more detail): hits on Zipf keys,
-//! conc-map-bench's three operation mixes at 1, 2 and 4 threads, churn with eviction at 1,
-//! 2, 16 and 64 threads, the single-flight storm, iteration over every entry, memory per
+//! Workloads (the criterion benches measure each one in more detail): hits on Zipf and
+//! uniform keys, conc-map-bench's three operation mixes at 1, 2 and 4 threads (and 8 and 16
+//! where the machine has the cores), churn with eviction at 1, 2, 16 and 64 threads, curves
+//! of hit and churn throughput against the same thread counts, the single-flight storm, iteration over every entry, memory per
 //! entry (a counting global allocator), and hit ratio against capacity on a Zipf trace. Each throughput is the best of
 //! five runs, taken in turn with the other subjects of its comparison (see [`interleaved`]).
 
@@ -336,22 +337,123 @@ fn push_hit_rows(
 /// The peer name of [`get_batch_floor_arc`]'s figure in the handle hit rows.
 const FLOOR_ARC: &str = "epoch pin + HashMap of Arc";
 
-/// Throughput of every mix at 1, 2 and 4 threads; also returns the series for the plots.
-fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<(&'static str, Vec<Series>)> {
+/// A throughput-against-threads plot: its file stem under `docs/bench/`, its title, and one
+/// series per subject with a value per count of [`curve_threads`].
+type Plot = (String, String, Vec<Series>);
+
+/// The thread counts of the throughput curves: 1, 2 and 4, then 8 and 16 where the machine
+/// has that many cores.
+fn curve_threads() -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    [1, 2, 4, 8, 16]
+        .into_iter()
+        .filter(|&t| t <= 4 || t <= cores)
+        .collect()
+}
+
+/// Hits and churn against the thread count (each thread its own Zipf s=1 stream over the
+/// same keys), for the curves; the rows at 1 and 2 threads come from `hits*` and `churn`.
+fn scaling(scale: &Scale) -> Vec<Plot> {
+    let threads = curve_threads();
+    let most = *threads.last().expect("1 at least") as u64;
+    let mut plots = Vec::new();
+    // Hits on 10k keys: the handle get against quick_cache's and moka's `Arc` get, and the
+    // pinned get against papaya's.
+    let keys = 10_000u64;
+    let names = [
+        "runcache",
+        "quick_cache",
+        "moka",
+        "runcache-pinned",
+        "papaya",
+    ];
+    let streams: Vec<Vec<u64>> = (0..most)
+        .map(|t| zipf_keys(keys, 1.0, 1 << 20, 5 + t))
+        .collect();
+    let subjects: Vec<_> = names.iter().map(|n| hit_subject(n, keys)).collect();
+    let mut series = new_series(&names);
+    for &n in &threads {
+        let (streams, per_thread) = (&streams, scale.hits / 2);
+        let runs: Vec<Run<'_>> = subjects
+            .iter()
+            .map(|subject| -> Run<'_> {
+                let run = move || {
+                    on_threads(n, 1, |t, _| {
+                        look_up_in_batches(per_thread, &streams[t], |batch| {
+                            black_box(subject.get_batch(batch));
+                        })
+                    })
+                };
+                (n * (per_thread / BATCH) * BATCH, Box::new(run))
+            })
+            .collect();
+        push_figures(&mut series, interleaved(runs));
+    }
+    plots.push((
+        "threads-hit".to_string(),
+        "hits, Zipf s=1, 10k keys: throughput vs threads".to_string(),
+        series,
+    ));
+    // Churn: get, and insert on a miss, at a capacity where 18–19% of the accesses miss.
+    let streams: Vec<Vec<u64>> = (0..most)
+        .map(|t| zipf_keys(100_000, 1.0, 1 << 20, 1 + t))
+        .collect();
+    let mut series = new_series(&CACHE_SUBJECTS);
+    for &n in &threads {
+        let (streams, per_thread) = (&streams, (scale.churn_ops / 2).min(1 << 20));
+        let runs: Vec<Run<'_>> = CACHE_SUBJECTS
+            .iter()
+            .map(|&name| -> Run<'_> {
+                let run = move || {
+                    let subject = subject(name, 15_000);
+                    on_threads(n, 1, |t, _| {
+                        for &k in &streams[t][..per_thread] {
+                            black_box(subject.access(k));
+                        }
+                    })
+                };
+                (n * per_thread, Box::new(run))
+            })
+            .collect();
+        push_figures(&mut series, interleaved(runs));
+    }
+    plots.push((
+        "threads-churn".to_string(),
+        "churn, Zipf s=1, 100k keys, capacity 15k: throughput vs threads".to_string(),
+        series,
+    ));
+    plots
+}
+
+/// One empty series per subject.
+fn new_series(names: &[&str]) -> Vec<Series> {
+    names
+        .iter()
+        .map(|n| Series {
+            label: n.to_string(),
+            values: Vec::new(),
+        })
+        .collect()
+}
+
+/// Adds one figure to each series, in order.
+fn push_figures(series: &mut [Series], figures: Vec<f64>) {
+    for (s, f) in series.iter_mut().zip(figures) {
+        s.values.push(f);
+    }
+}
+
+/// Throughput of every mix at each count of [`curve_threads`]; also returns the series for
+/// the plots.
+fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<Plot> {
     let mut plots = Vec::new();
     let names = ["runcache", "papaya", "quick_cache", "moka", "dashmap"];
     for mix in MIXES {
         let streams: Vec<_> = (0..4)
             .map(|t| mix_ops(mix, scale.mix_ops, 17 + t))
             .collect();
-        let mut series: Vec<Series> = names
-            .iter()
-            .map(|n| Series {
-                label: n.to_string(),
-                values: Vec::new(),
-            })
-            .collect();
-        for threads in [1usize, 2, 4] {
+        let mut series = new_series(&names);
+        for threads in curve_threads() {
             let streams = &streams;
             let mut runs: Vec<Run<'_>> = names
                 .iter()
@@ -395,7 +497,11 @@ fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<(&'static str, Vec<Series>)>
                 higher_is_better: true,
             });
         }
-        plots.push((mix.name, series));
+        plots.push((
+            format!("mix-{}", mix.name),
+            format!("{} mix: throughput vs threads", mix.name),
+            series,
+        ));
     }
     plots
 }
@@ -936,10 +1042,11 @@ fn figure(v: f64, unit: &str) -> String {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const SECTIONS: [&str; 7] = [
+    const SECTIONS: [&str; 8] = [
         "memory",
         "hits",
         "mixes",
+        "threads",
         "churn",
         "storm",
         "iteration",
@@ -1000,6 +1107,10 @@ fn main() -> ExitCode {
         eprintln!("mixes ...");
         mix_plots = mixes(&scale, &mut rows);
     }
+    if run("threads") {
+        eprintln!("throughput against threads ...");
+        mix_plots.extend(scaling(&scale));
+    }
     if run("churn") {
         eprintln!("churn ...");
         churn(&scale, &mut rows);
@@ -1055,26 +1166,20 @@ fn write_docs(
     machine: &str,
     table: &str,
     targets: &str,
-    mix_plots: &[(&'static str, Vec<Series>)],
+    mix_plots: &[Plot],
     capacities: &[String],
     ratio_series: &[Series],
     scale: &Scale,
 ) -> std::io::Result<()> {
     let dir = Path::new("docs/bench");
     std::fs::create_dir_all(dir)?;
-    let threads: Vec<String> = ["1", "2", "4"].iter().map(|s| s.to_string()).collect();
+    let threads: Vec<String> = curve_threads().iter().map(|t| t.to_string()).collect();
     let mut plots = String::new();
-    for (name, series) in mix_plots {
-        let svg = line_chart(
-            &format!("{name} mix: throughput vs threads"),
-            "M ops/s",
-            XAxis::Categories(&threads),
-            series,
-            None,
-        )
-        .map_err(std::io::Error::other)?;
-        std::fs::write(dir.join(format!("mix-{name}.svg")), svg)?;
-        let _ = writeln!(plots, "![{name} mix](bench/mix-{name}.svg)\n");
+    for (stem, title, series) in mix_plots {
+        let svg = line_chart(title, "M ops/s", XAxis::Categories(&threads), series, None)
+            .map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(format!("{stem}.svg")), svg)?;
+        let _ = writeln!(plots, "![{title}](bench/{stem}.svg)\n");
     }
     let svg = line_chart(
         "hit ratio vs capacity (Zipf s=0.9, 100k keys)",
@@ -1123,6 +1228,9 @@ fn write_docs(
          - Hits run on one thread, and at Zipf s=1 on two threads as well (\"hit on 2 threads\"\n  \
            rows: each thread looks up its own stream of the same keys in the same cache, so the\n  \
            hottest entries are shared).\n\
+         - The plots of throughput against threads (the mixes, hits and churn) run at 1, 2 and 4\n  \
+           threads, and at 8 and 16 on a machine with that many cores; one command\n  \
+           (`compare --write`) regenerates them with this report.\n\
          - Churn: get, and insert on a miss, over Zipf s=1 keys; every cache evicts at the same\n  \
            capacity, chosen so that 18–19% of the accesses miss (the issue asks for 10–20%);\n  \
            each row names runcache's own miss ratio in that run, cold start included.\n\
