@@ -83,9 +83,10 @@ use table::Shard;
 /// The largest shard count a builder accepts.
 pub const MAX_SHARDS: usize = 1 << 16;
 
-/// The most entries a cache presizes its tables for (2^20: 16 MiB of slots over all shards).
-/// A larger cache grows its tables beyond as it fills.
-pub(crate) const PRESIZE_MAX: u64 = 1 << 20;
+/// The most entries a cache sizes its tables (2^20: 16 MiB of slots over all shards) and its
+/// policy's sketch and ghost for when it is built. A larger cache grows its tables as it
+/// fills.
+const EXPECTED_MAX: u64 = 1 << 20;
 
 /// Why a value left the cache, as told to an [`on_evict`](crate::CacheBuilder::on_evict) listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -197,25 +198,26 @@ where
     ) -> Self {
         // Callers validate the count first (`ConfigError`); `shard` relies on a non-empty array.
         assert!(shards.is_power_of_two() && shards <= MAX_SHARDS);
-        // The entries the cache is expected to hold, which size the policy's sketch and ghost
-        // (see `WhenFull::Evict`).
-        let expected = if weigher.is_none() {
-            capacity.min(1 << 20) as usize
-        } else {
-            1 << 14
-        };
-        // The tables are presized for the entries the capacity holds: by count without a
-        // weigher, else by `entry_weight` if given. An unbounded cache starts small.
+        // The entries the capacity holds, where they can be told: by count without a weigher,
+        // else by `entry_weight` if given; not for an unbounded cache. They size the tables
+        // (presizing) and the policy's sketch and ghost (see `WhenFull::Evict`); without them
+        // the tables start small, and the policy is sized for 2^20 entries by count or 2^14
+        // by weight.
         let weight = if weigher.is_none() {
             Some(1)
         } else {
             entry_weight
         };
-        let presize = match weight {
-            Some(w) if w > 0 && capacity != u64::MAX => (capacity / w).min(PRESIZE_MAX),
-            _ => 0,
+        let expected = match weight {
+            Some(w) if w > 0 && capacity != u64::MAX => Some((capacity / w).min(EXPECTED_MAX)),
+            _ => None,
         };
-        let per_shard = presize.div_ceil(shards as u64) as usize;
+        let policy_entries = expected.unwrap_or(if weigher.is_none() {
+            EXPECTED_MAX
+        } else {
+            1 << 14
+        });
+        let per_shard = expected.unwrap_or(0).div_ceil(shards as u64) as usize;
         let domain = Domain::new();
         Self {
             shards: (0..shards)
@@ -226,7 +228,7 @@ where
             weigher,
             listener,
             budget: Budget::new(capacity),
-            policy: evict.then(|| S3Fifo::new(expected)),
+            policy: evict.then(|| S3Fifo::new(policy_entries as usize)),
             domain,
         }
     }

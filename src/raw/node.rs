@@ -370,12 +370,13 @@ impl<K, V> Node<K, V> {
 
     /// Releases the count of a cached value that the cell still owns, for a shard that is
     /// dropping with the node still in its table (a node in two tables is met twice: the
-    /// swap takes the count once).
+    /// cell is emptied the first time, so the count goes once).
     ///
     /// # Safety
     /// - No reader can reach the node any more (the cache is dropping).
     pub(crate) unsafe fn release_cached(&self) {
-        // Relaxed: the cache is dropping; nothing is concurrent.
+        // Relaxed: the cache is dropping; nothing is concurrent. (Only a value is taken out:
+        // a forward or an outcome stays for `Drop`.)
         let c = self.value.load(Ordering::Relaxed);
         if is_value(c) {
             self.value.store(0, Ordering::Relaxed);
