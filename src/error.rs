@@ -92,3 +92,80 @@ impl<K, V> fmt::Display for InsertError<K, V> {
 }
 
 impl<K, V> std::error::Error for InsertError<K, V> {}
+
+/// An async single-flight call that would have waited for itself: a build future asked the
+/// cache for the very key it is building, from inside its own poll (or a task asked for a key
+/// that a blocking builder further up its thread's stack is building). The key is handed
+/// back; nothing was built or cached by this call.
+#[non_exhaustive]
+pub struct RecursionError<K> {
+    /// The key that was asked for.
+    pub key: K,
+}
+
+impl<K> RecursionError<K> {
+    /// The key that was asked for.
+    pub fn into_key(self) -> K {
+        self.key
+    }
+}
+
+impl<K> fmt::Debug for RecursionError<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecursionError")
+            .field("key", &std::any::type_name::<K>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> fmt::Display for RecursionError<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a build asked the cache for the key ({}) it is building, from inside its own \
+             poll or call: waiting would wait for itself forever",
+            std::any::type_name::<K>()
+        )
+    }
+}
+
+impl<K> std::error::Error for RecursionError<K> {}
+
+/// Why an async single-flight call with a fallible build future
+/// ([`try_get_or_insert_with_async`](crate::Cache::try_get_or_insert_with_async)) has no
+/// value.
+#[non_exhaustive]
+pub enum BuildError<K, E> {
+    /// The build future returned this error: this caller's, or the one of the attempt it
+    /// waited on (shared by every caller of that attempt). Nothing was cached.
+    Failed(std::sync::Arc<E>),
+    /// The call would have waited for itself (see [`RecursionError`]).
+    Recursion(RecursionError<K>),
+}
+
+impl<K, E: fmt::Debug> fmt::Debug for BuildError<K, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Failed(e) => f.debug_tuple("Failed").field(e).finish(),
+            BuildError::Recursion(r) => f.debug_tuple("Recursion").field(r).finish(),
+        }
+    }
+}
+
+impl<K, E: fmt::Display> fmt::Display for BuildError<K, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Failed(e) => write!(f, "the build failed: {e}"),
+            BuildError::Recursion(r) => r.fmt(f),
+        }
+    }
+}
+
+impl<K, E: std::error::Error + 'static> std::error::Error for BuildError<K, E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Failed(e) => Some(&**e),
+            BuildError::Recursion(_) => None,
+        }
+    }
+}

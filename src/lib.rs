@@ -166,7 +166,7 @@ pub use constant::{
     AddError, AllocError, BufferAllocator, CapacityParseError, ConstantBuffer, DeviceKind,
     DeviceMemory, HostAllocator,
 };
-pub use error::{ConfigError, InsertError};
+pub use error::{BuildError, ConfigError, InsertError, RecursionError};
 pub use pool::PoolError;
 #[cfg(feature = "vulkan")]
 pub use vulkan::VulkanError;

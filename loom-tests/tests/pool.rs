@@ -123,3 +123,37 @@ fn two_waiters_for_two_pools_a_wake_is_passed_on() {
         assert_eq!(pools.stats().created, 2);
     });
 }
+
+/// A task (under loom's `block_on`, which parks its thread until the task's waker is woken)
+/// and a thread wait for the one pool the main thread holds: the return wakes one of them,
+/// whichever queued first, and the other is woken by the first's return; a lost wake-up is
+/// a deadlock the model reports.
+#[test]
+fn a_task_and_a_thread_wait_for_one_pool_no_wake_up_is_lost() {
+    loom::model(|| {
+        let pools = Arc::new(PoolManager::builder(|| 0u64).max_pools(1).build().unwrap());
+        let held = pools.reserve().unwrap();
+        let task = {
+            let pools = pools.clone();
+            thread::spawn(move || {
+                let mut p = loom::future::block_on(pools.reserve_async()).unwrap();
+                *p += 1;
+            })
+        };
+        let waiter = {
+            let pools = pools.clone();
+            thread::spawn(move || {
+                let mut p = pools.reserve().unwrap();
+                *p += 10;
+            })
+        };
+        drop(held);
+        task.join().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(
+            *pools.reserve().unwrap(),
+            11,
+            "both waiters used the one pool"
+        );
+    });
+}

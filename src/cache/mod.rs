@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod builder;
+mod future;
 mod pinned;
 
 use builder::default_shards;

@@ -56,10 +56,12 @@ pub use config::{
     ParsedCapacity, MAX_CAPACITY_MB,
 };
 
-use crate::cache::{Cache, Handle, Source, Stats, WhenFull};
+use crate::cache::{Cache, Fetched, Handle, Source, Stats, WhenFull};
+use crate::error::BuildError;
 use crate::sync::{AtomicU64, Ordering};
 use buffer::Ledger;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 /// The environment variable read by the process-wide caches.
@@ -106,6 +108,13 @@ pub enum AddError<E> {
         /// The buffer that was built, handed back.
         buffer: Handle<ConstantBuffer>,
     },
+    /// An async build ([`ConstantCache::get_or_add_async`]) asked for the key it is building,
+    /// from inside its own poll: waiting would wait for itself. Nothing was built by the call
+    /// that got this.
+    Recursion {
+        /// The key that was asked for.
+        key: ConstantKey,
+    },
 }
 
 impl<E: fmt::Display> fmt::Display for AddError<E> {
@@ -121,6 +130,11 @@ impl<E: fmt::Display> fmt::Display for AddError<E> {
                 f,
                 "the built constant buffer is {} memory but the cache is for {expected}",
                 buffer.device()
+            ),
+            AddError::Recursion { key } => write!(
+                f,
+                "the build of constant {key:?} asked for that same constant from inside its own \
+                 poll: waiting would wait for itself forever"
             ),
         }
     }
@@ -140,6 +154,7 @@ impl<E: fmt::Debug> fmt::Debug for AddError<E> {
                 .field("expected", expected)
                 .field("actual", &buffer.device())
                 .finish(),
+            AddError::Recursion { key } => f.debug_struct("Recursion").field("key", key).finish(),
         }
     }
 }
@@ -211,30 +226,83 @@ impl ConstantCache {
     where
         E: Send + Sync + 'static,
     {
-        let device = self.device;
         let fetched = self.cache.get_or_build(key, |_| {
-            // Relaxed: a recency clock; nothing is published through it.
-            let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
-            let buffer = build().map_err(AddError::Build)?;
-            buffer.attach(&self.ledger, now);
-            if buffer.size() != size_bytes {
-                let buffer = Handle::new(buffer);
-                buffer.mark_outside();
-                return Err(AddError::SizeMismatch {
-                    declared: size_bytes,
-                    buffer,
-                });
-            }
-            if buffer.device() != device {
-                let buffer = Handle::new(buffer);
-                buffer.mark_outside();
-                return Err(AddError::WrongDevice {
-                    expected: device,
-                    buffer,
-                });
-            }
-            Ok(buffer)
+            let now = self.tick();
+            self.check(build(), size_bytes, now)
         })?;
+        Ok(self.added(fetched))
+    }
+
+    /// The async form of [`get_or_add`](Self::get_or_add): `build` is polled only on a miss,
+    /// by one caller per key at a time, and concurrent callers wait without blocking their
+    /// thread (as [`Cache::get_or_insert_with_async`]). Dropping the building caller's future
+    /// hands the build to a waiting caller.
+    ///
+    /// # Errors
+    /// As [`get_or_add`](Self::get_or_add), and [`AddError::Recursion`] if `build` asks for
+    /// its own key from inside its poll.
+    pub async fn get_or_add_async<E, F>(
+        &self,
+        key: ConstantKey,
+        size_bytes: usize,
+        build: F,
+    ) -> Result<Added, Arc<AddError<E>>>
+    where
+        E: Send + Sync + 'static,
+        F: Future<Output = Result<ConstantBuffer, E>>,
+    {
+        let fetched = self
+            .cache
+            .get_or_build_async(key, async {
+                let now = self.tick();
+                self.check(build.await, size_bytes, now)
+            })
+            .await
+            .map_err(|e| match e {
+                BuildError::Failed(e) => e,
+                BuildError::Recursion(r) => Arc::new(AddError::Recursion { key: r.key }),
+            })?;
+        Ok(self.added(fetched))
+    }
+
+    /// Advances the recency clock for a build starting now; returns the new time.
+    fn tick(&self) -> u64 {
+        // Relaxed: a recency clock; nothing is published through it.
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A built buffer, accounted from `now`, if it has the declared size and this cache's
+    /// device; else the error, with the buffer handed back.
+    fn check<E>(
+        &self,
+        built: Result<ConstantBuffer, E>,
+        size_bytes: usize,
+        now: u64,
+    ) -> Result<ConstantBuffer, AddError<E>> {
+        let buffer = built.map_err(AddError::Build)?;
+        buffer.attach(&self.ledger, now);
+        if buffer.size() != size_bytes {
+            let buffer = Handle::new(buffer);
+            buffer.mark_outside();
+            return Err(AddError::SizeMismatch {
+                declared: size_bytes,
+                buffer,
+            });
+        }
+        if buffer.device() != self.device {
+            let buffer = Handle::new(buffer);
+            buffer.mark_outside();
+            return Err(AddError::WrongDevice {
+                expected: self.device,
+                buffer,
+            });
+        }
+        Ok(buffer)
+    }
+
+    /// What a single-flight lookup hands out, with the buffer's accounting updated for how
+    /// it was served.
+    fn added(&self, fetched: Fetched<ConstantBuffer>) -> Added {
         match fetched.source {
             Source::Uncached => {
                 // The attempt's record still holds the buffer for late waiters; let it go, so
@@ -249,10 +317,10 @@ impl ConstantCache {
             Source::Cached => {}
             _ => fetched.value.touch(self.clock.load(Ordering::Relaxed)),
         }
-        Ok(Added {
+        Added {
             buffer: fetched.value,
             source: fetched.source,
-        })
+        }
     }
 
     /// The cached buffer for `key`, if any.

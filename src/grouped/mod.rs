@@ -35,10 +35,13 @@
 
 #![forbid(unsafe_code)]
 
-use crate::cache::{Cache, Handle, Source, WeakHandle, WhenFull};
+use crate::cache::{Cache, Fetched, Handle, Source, WeakHandle, WhenFull};
+use crate::error::{BuildError, RecursionError};
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
+use std::convert::Infallible;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 
 /// An owner of entries (an executor, say), for [`GroupedCache::clear_owner`].
@@ -148,6 +151,24 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         self.get_or_insert_as(None, session, group, name, build)
     }
 
+    /// The async form of [`get_or_insert_with`](Self::get_or_insert_with): `build` is polled
+    /// only on a miss, by one caller per key at a time, and the others wait without blocking
+    /// their thread (as [`Cache::get_or_insert_with_async`](crate::Cache::get_or_insert_with_async)).
+    ///
+    /// # Errors
+    /// [`RecursionError`], with the key, if `build` asks for its own key from inside its
+    /// poll.
+    pub async fn get_or_insert_with_async<F: Future<Output = V>>(
+        &self,
+        session: &S,
+        group: &G,
+        name: &N,
+        build: F,
+    ) -> Result<Handle<V>, RecursionError<(S, G, N)>> {
+        self.get_or_insert_as_async(None, session, group, name, build)
+            .await
+    }
+
     /// A handle whose inserts are recorded as `owner`'s, for [`clear_owner`](Self::clear_owner).
     pub fn owner(&self, owner: OwnerId) -> Owned<'_, S, G, N, V> {
         Owned { cache: self, owner }
@@ -180,14 +201,64 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
             .get_or_build_from(
                 // A tuple of references hashes exactly as the owned tuple key does.
                 &(s, g, n),
-                |(ks, kg, kn)| ks == s && kg == g && kn == n,
-                || {
-                    group = Some(self.ensure_group(s, g));
-                    (s.clone(), g.clone(), n.clone())
-                },
+                same(s, g, n),
+                self.key_and_group(s, g, n, &mut group),
                 |_| Ok::<_, ()>(build()),
             )
             .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
+        self.built(owner, group, fetched, (s, g, n))
+    }
+
+    /// [`get_or_insert_as`](Self::get_or_insert_as) for an async build.
+    async fn get_or_insert_as_async<F: Future<Output = V>>(
+        &self,
+        owner: Option<OwnerId>,
+        s: &S,
+        g: &G,
+        n: &N,
+        build: F,
+    ) -> Result<Handle<V>, RecursionError<(S, G, N)>> {
+        let mut group = None;
+        let fetched = self
+            .values
+            .get_or_build_async_from(
+                &(s, g, n),
+                same(s, g, n),
+                self.key_and_group(s, g, n, &mut group),
+                async { Ok::<_, Infallible>(build.await) },
+            )
+            .await
+            .map_err(|e| match e {
+                BuildError::Recursion(r) => r,
+                BuildError::Failed(e) => match *e {},
+            })?;
+        Ok(self.built(owner, group, fetched, (s, g, n)))
+    }
+
+    /// What a single-flight miss runs to make the owned key: first the group `(s, g)`, which
+    /// may evict the session's oldest, kept in `group` for [`built`](Self::built).
+    fn key_and_group<'a>(
+        &'a self,
+        s: &'a S,
+        g: &'a G,
+        n: &'a N,
+        group: &'a mut Option<Handle<Group<N>>>,
+    ) -> impl FnOnce() -> (S, G, N) + 'a {
+        move || {
+            *group = Some(self.ensure_group(s, g));
+            (s.clone(), g.clone(), n.clone())
+        }
+    }
+
+    /// Records a value this call built and cached in its group (made by the miss), and hands
+    /// the value out.
+    fn built(
+        &self,
+        owner: Option<OwnerId>,
+        group: Option<Handle<Group<N>>>,
+        fetched: Fetched<V>,
+        (s, g, n): (&S, &G, &N),
+    ) -> Handle<V> {
         if fetched.source == Source::Cached {
             let group = group.expect("a cached build follows a miss, which made the group");
             self.record(owner, &group, (s.clone(), g.clone(), n.clone()));
@@ -379,6 +450,15 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 }
 
+/// Whether an owned key is `(s, g, n)`.
+fn same<'a, S: Part, G: Part, N: Part>(
+    s: &'a S,
+    g: &'a G,
+    n: &'a N,
+) -> impl Fn(&(S, G, N)) -> bool + 'a {
+    move |(ks, kg, kn)| ks == s && kg == g && kn == n
+}
+
 /// Inserts recorded as one owner's; see [`GroupedCache::owner`].
 pub struct Owned<'a, S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
     cache: &'a GroupedCache<S, G, N, V>,
@@ -402,6 +482,22 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> 
     ) -> Handle<V> {
         self.cache
             .get_or_insert_as(Some(self.owner), session, group, name, build)
+    }
+
+    /// [`GroupedCache::get_or_insert_with_async`], recorded as this owner's when it builds.
+    ///
+    /// # Errors
+    /// As [`GroupedCache::get_or_insert_with_async`].
+    pub async fn get_or_insert_with_async<F: Future<Output = V>>(
+        &self,
+        session: &S,
+        group: &G,
+        name: &N,
+        build: F,
+    ) -> Result<Handle<V>, RecursionError<(S, G, N)>> {
+        self.cache
+            .get_or_insert_as_async(Some(self.owner), session, group, name, build)
+            .await
     }
 }
 

@@ -42,8 +42,11 @@
 mod typemap;
 
 use crate::cache::{Cache, Handle, Lookup, Source};
+use crate::error::{BuildError, RecursionError};
 use std::any::Any;
+use std::convert::Infallible;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 use typemap::{AsAny, TypeMap};
@@ -150,11 +153,7 @@ impl MultiCache {
         let fetched =
             self.typed::<K, V>()
                 .get_or_build_from(key, |k| k == key, || key.clone(), build)?;
-        let how = match fetched.source {
-            Source::Hit | Source::Shared => Lookup::Hit,
-            _ => Lookup::Miss,
-        };
-        Ok((fetched.value, how))
+        Ok((fetched.value, lookup(fetched.source)))
     }
 
     /// Like [`get_or_create`](Self::get_or_create), for a builder that may yield nothing:
@@ -170,6 +169,54 @@ impl MultiCache {
     {
         self.try_get_or_create(key, |k| build(k).ok_or(NoValue))
             .ok()
+    }
+
+    /// The async form of [`get_or_create`](Self::get_or_create): `build` is polled only on
+    /// a miss, by one caller per key at a time, and the others wait without blocking their
+    /// thread (as [`Cache::get_or_insert_with_async`]). A hit clones no key.
+    ///
+    /// # Errors
+    /// [`RecursionError`], with the key, if `build` asks for its own key from inside its
+    /// poll.
+    pub async fn get_or_create_async<K, V, F>(
+        &self,
+        key: &K,
+        build: F,
+    ) -> Result<(Handle<V>, Lookup), RecursionError<K>>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+        F: Future<Output = V>,
+    {
+        self.try_get_or_create_async::<K, V, Infallible, _>(key, async { Ok(build.await) })
+            .await
+            .map_err(|e| match e {
+                BuildError::Recursion(r) => r,
+                BuildError::Failed(e) => match *e {},
+            })
+    }
+
+    /// The async form of [`try_get_or_create`](Self::try_get_or_create).
+    ///
+    /// # Errors
+    /// [`BuildError::Failed`] with the build's error (shared with every caller that waited on
+    /// the attempt; nothing is cached), or [`BuildError::Recursion`].
+    pub async fn try_get_or_create_async<K, V, E, F>(
+        &self,
+        key: &K,
+        build: F,
+    ) -> Result<(Handle<V>, Lookup), BuildError<K, E>>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+        E: Send + Sync + 'static,
+        F: Future<Output = Result<V, E>>,
+    {
+        let fetched = self
+            .typed::<K, V>()
+            .get_or_build_async_from(key, |k| k == key, || key.clone(), build)
+            .await?;
+        Ok((fetched.value, lookup(fetched.source)))
     }
 
     /// Removes the value for `key` from the cache of `(K, V)`; callers holding it keep it.
@@ -193,6 +240,14 @@ impl MultiCache {
     /// Removes every cached value of every type (callers holding values keep them).
     pub fn clear(&self) {
         self.types.for_each(|e| (e.clear)(&*e.cache));
+    }
+}
+
+/// Whether a value was found (a hit, or shared from another caller's build) or built.
+fn lookup(source: Source) -> Lookup {
+    match source {
+        Source::Hit | Source::Shared => Lookup::Hit,
+        _ => Lookup::Miss,
     }
 }
 

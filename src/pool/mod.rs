@@ -42,6 +42,10 @@ use crate::sync::{park, park_timeout, AtomicU64, AtomicUsize, Ordering};
 pub use error::PoolError;
 use slots::{PoolSlots, ReturnPool, Waiters};
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 pub use slots::PoolGuard;
@@ -201,6 +205,34 @@ impl<P: Send> PoolManager<P> {
         self.reserve_with(WhenExhausted::Fail)
     }
 
+    /// The async form of [`reserve`](Self::reserve): at the maximum, with
+    /// [`WhenExhausted::Wait`] or [`WhenExhausted::WaitFor`], the task waits in the same
+    /// queue as parked threads (each returned pool wakes the longest waiting, thread or
+    /// task) without blocking its thread. The core has no timer, so `WaitFor`'s limit does
+    /// not apply here: wrap the future in the runtime's timeout. Dropping the future
+    /// withdraws its registration, and passes on a wake it was given.
+    ///
+    /// # Errors
+    /// [`PoolError::Exhausted`] at the maximum with [`WhenExhausted::Fail`];
+    /// [`PoolError::TooManyPools`] if the slot space is exhausted.
+    pub fn reserve_async(&self) -> Reserve<'_, P> {
+        Reserve {
+            manager: self,
+            me: None,
+            waited: false,
+        }
+    }
+
+    /// A free pool, or a new one if the manager may grow; `None` at the maximum.
+    fn reserve_now(&self) -> Result<Option<PoolGuard<'_, P>>, PoolError> {
+        if let Some(index) = self.slots.pop_free() {
+            // Relaxed (all counters): statistics.
+            self.counters.reuses.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(self.hand_out(index)));
+        }
+        Ok(self.grow()?.map(|index| self.hand_out(index)))
+    }
+
     fn reserve_with(&self, exhausted: WhenExhausted) -> Result<PoolGuard<'_, P>, PoolError> {
         let deadline = match exhausted {
             WhenExhausted::WaitFor(d) => Some((Instant::now() + d, d)),
@@ -208,13 +240,8 @@ impl<P: Send> PoolManager<P> {
         };
         let mut waited = false;
         loop {
-            if let Some(index) = self.slots.pop_free() {
-                // Relaxed (all counters): statistics.
-                self.counters.reuses.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.hand_out(index));
-            }
-            if let Some(index) = self.grow()? {
-                return Ok(self.hand_out(index));
+            if let Some(guard) = self.reserve_now()? {
+                return Ok(guard);
             }
             let max_pools = self.max_pools.unwrap_or(usize::MAX);
             if exhausted == WhenExhausted::Fail {
@@ -229,11 +256,8 @@ impl<P: Send> PoolManager<P> {
             // over: a pool, a new one, or a new registration.
             let me = self.waiters.register();
             while !me.woken() {
-                if let Some(index) = self.slots.pop_free() {
-                    // A wake that chose this thread meanwhile goes on to the next (W3).
-                    self.waiters.leave(&me);
-                    self.counters.reuses.fetch_add(1, Ordering::Relaxed);
-                    return Ok(self.hand_out(index));
+                if let Some(guard) = self.take_registered(&me) {
+                    return Ok(guard);
                 }
                 match deadline {
                     Some((at, after)) => {
@@ -249,6 +273,17 @@ impl<P: Send> PoolManager<P> {
                 }
             }
         }
+    }
+
+    /// Takes a pool freed after a registration (the look that follows it, W1 in
+    /// `pool/slots.rs`), withdrawing the registration; `None` if none is free.
+    fn take_registered(&self, me: &slots::Waiter) -> Option<PoolGuard<'_, P>> {
+        let index = self.slots.pop_free()?;
+        // A wake that chose this waiter meanwhile goes on to the next (W3).
+        self.waiters.leave(me);
+        // Relaxed: a statistic.
+        self.counters.reuses.fetch_add(1, Ordering::Relaxed);
+        Some(self.hand_out(index))
     }
 
     /// Creates up to `pools_per_growth` pools within the maximum; keeps one for the caller and
@@ -377,6 +412,74 @@ impl<P> fmt::Debug for PoolManager<P> {
             .field("reserved", &self.reserved.load(Ordering::Relaxed))
             .field("per_growth", &self.per_growth)
             .field("max_pools", &self.max_pools)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of [`PoolManager::reserve_async`]: a pool, once one is free or may be made.
+#[must_use = "futures do nothing unless polled"]
+pub struct Reserve<'a, P> {
+    manager: &'a PoolManager<P>,
+    /// This task's registration in the waiters' queue, while it waits.
+    me: Option<Arc<slots::Waiter>>,
+    /// Whether the wait was counted.
+    waited: bool,
+}
+
+impl<'a, P: Send> Future for Reserve<'a, P> {
+    type Output = Result<PoolGuard<'a, P>, PoolError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let m = self.manager;
+        if let Some(me) = self.me.take() {
+            if !me.woken() {
+                // Still registered: a pool freed since is ours (the look after registering,
+                // W1); else wait on, registering anew if the task's waker changed.
+                if let Some(guard) = m.take_registered(&me) {
+                    return Poll::Ready(Ok(guard));
+                }
+                if me.wakes(cx.waker()) {
+                    self.me = Some(me);
+                    return Poll::Pending;
+                }
+                m.waiters.leave(&me);
+            }
+            // Woken (or leaving for a new waker): start over.
+        }
+        if let Some(guard) = m.reserve_now()? {
+            return Poll::Ready(Ok(guard));
+        }
+        if m.exhausted == WhenExhausted::Fail {
+            let max_pools = m.max_pools.unwrap_or(usize::MAX);
+            return Poll::Ready(Err(PoolError::Exhausted { max_pools }));
+        }
+        if !self.waited {
+            // Relaxed: a statistic.
+            m.counters.waits.fetch_add(1, Ordering::Relaxed);
+            self.waited = true;
+        }
+        let me = m.waiters.register_task(cx.waker());
+        if let Some(guard) = m.take_registered(&me) {
+            return Poll::Ready(Ok(guard));
+        }
+        self.me = Some(me);
+        Poll::Pending
+    }
+}
+
+impl<P> Drop for Reserve<'_, P> {
+    fn drop(&mut self) {
+        if let Some(me) = self.me.take() {
+            // Withdraws the registration; a wake it was given goes on to the next (W3).
+            self.manager.waiters.leave(&me);
+        }
+    }
+}
+
+impl<P> fmt::Debug for Reserve<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reserve")
+            .field("waiting", &self.me.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -19,6 +19,7 @@ use crate::sync::{
 };
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::task::Waker;
 
 /// Segments of the slot array: segment `s` holds `FIRST << s` slots.
 const SEGMENTS: usize = 26;
@@ -207,8 +208,8 @@ impl<P> PoolSlots<P> {
     }
 }
 
-/// Threads parked until a pool comes back, in the order they came; each returned pool wakes
-/// the first of them that still waits.
+/// Threads parked (and tasks pending) until a pool comes back, in the order they came; each
+/// returned pool wakes the first of them that still waits.
 ///
 /// # Protocol
 ///
@@ -251,13 +252,25 @@ const WOKEN: u8 = 1;
 /// Its waiter left without being woken.
 const GONE: u8 = 2;
 
-/// One wait of one thread.
+/// One wait of one thread or task.
 pub(crate) struct Waiter {
-    thread: thread::Thread,
+    sleeper: Sleeper,
     state: AtomicU8,
 }
 
+/// Who a registration wakes: a parked thread, or a task's waker.
+enum Sleeper {
+    Thread(thread::Thread),
+    Task(Waker),
+}
+
 impl Waiter {
+    /// Whether this registration would wake the task that `waker` wakes (a task re-polled
+    /// with another waker registers anew).
+    pub(crate) fn wakes(&self, waker: &Waker) -> bool {
+        matches!(&self.sleeper, Sleeper::Task(w) if w.will_wake(waker))
+    }
+
     /// Whether a returner chose this registration (W2).
     pub(crate) fn woken(&self) -> bool {
         // Acquire: pairs with the AcqRel CAS in `wake`, which follows the pool's push.
@@ -276,8 +289,18 @@ impl Waiters {
     /// Registers the calling thread; it must then look for a free pool before it parks, and
     /// call [`leave`](Self::leave) if it stops waiting before it is woken.
     pub(crate) fn register(&self) -> Arc<Waiter> {
+        self.enqueue(Sleeper::Thread(thread::current()))
+    }
+
+    /// Registers a task, to be woken through `waker`; as [`register`](Self::register), the
+    /// task must then look for a free pool before it returns `Pending`.
+    pub(crate) fn register_task(&self, waker: &Waker) -> Arc<Waiter> {
+        self.enqueue(Sleeper::Task(waker.clone()))
+    }
+
+    fn enqueue(&self, sleeper: Sleeper) -> Arc<Waiter> {
         let me = Arc::new(Waiter {
-            thread: thread::current(),
+            sleeper,
             state: AtomicU8::new(WAITING),
         });
         self.queue.push(Arc::clone(&me));
@@ -326,7 +349,10 @@ impl Waiters {
             .compare_exchange(WAITING, WOKEN, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            w.thread.unpark();
+            match &w.sleeper {
+                Sleeper::Thread(t) => t.unpark(),
+                Sleeper::Task(waker) => waker.wake_by_ref(),
+            }
             true
         } else {
             // Only a popper sets WOKEN, and each registration is popped once: it is GONE.

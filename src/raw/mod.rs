@@ -71,6 +71,7 @@ use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
+pub(crate) use flight::Recursion;
 pub use handle::{Handle, WeakHandle};
 pub(crate) use node::handle_of;
 use node::{Node, View};

@@ -19,8 +19,9 @@
 
 #![allow(unsafe_code)]
 
+use super::flight::Waiters;
 use super::handle::{Count, Counted, Handle};
-use super::slot::{Slot, LOADING, READY};
+use super::slot::{Slot, DEAD, LOADING, READY};
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
 use crate::sync::UnsafeCell;
@@ -30,6 +31,7 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::task::Waker;
 
 /// How a build attempt that cached nothing ended, for the callers that waited on it.
 pub(crate) enum Outcome<V> {
@@ -55,8 +57,12 @@ pub(crate) enum View<'a, K, V> {
 const FORWARD: usize = 1;
 /// Tag of a value cell that holds how a failed or rejected attempt ended (`Box<Outcome>`).
 const OUTCOME: usize = 2;
-/// Tag of a value cell that holds the token of the thread building the value (`token << 3`).
+/// Tag of a value cell that holds the token of the thread building the value (`token << 3`;
+/// 0 for a task, whose thread may change between polls).
 const BUILDER: usize = 4;
+/// Tag of a value cell that holds the list of tasks waiting for the build (`Box<Waiters>`,
+/// which keeps the builder's token).
+const LISTED: usize = BUILDER | OUTCOME;
 /// The tag bits.
 const TAGS: usize = 7;
 
@@ -78,13 +84,16 @@ pub(crate) struct Node<K, V> {
     ///   value was replaced, and the replacement lives in that node;
     /// - `token << 3` tagged [`BUILDER`]: the node is loading, built by that thread (used to
     ///   turn same-thread recursion into a clear panic instead of a deadlock);
+    /// - a `Box<Waiters>` pointer tagged [`LISTED`] (the cell owns it, W2): the node is
+    ///   loading and tasks wait for it; the list keeps the builder's token;
     /// - a `Box<Outcome>` pointer tagged [`OUTCOME`] (the cell owns it): the attempt ended
     ///   without caching, and this is what its waiters get.
     ///
     /// The pointers are 8-aligned (a node's value follows the 8-byte count in `Counted`, at an
     /// offset that is a multiple of 8 in a node aligned to at least 8; an `Outcome` is a box
     /// of pointers), so the low three bits are free for the tags. A cell holds a value at
-    /// most once: builder → value or outcome, value → 0 or forward, never back.
+    /// most once: builder → list → value, outcome or 0 (the builder unwound), value → 0 or
+    /// forward, never back.
     value: AtomicUsize,
     pub(crate) slot: Slot,
     /// The eviction policy's state for this entry.
@@ -177,8 +186,9 @@ impl<K, V> Node<K, V> {
     }
 
     /// Publishes the value of a `LOADING` node (its builder calls this once, before
-    /// finishing the slot); returns a handle of it for the builder.
-    pub(crate) fn publish(&self, value: V, weight: u64) -> Handle<V> {
+    /// finishing the slot); returns a handle of it for the builder, and the list of waiting
+    /// tasks that the cell held, for the builder to close once the slot is finished.
+    pub(crate) fn publish(&self, value: V, weight: u64) -> (Handle<V>, Option<Listed>) {
         // SAFETY: (C1) a loading node's value is empty and only its builder (the caller)
         // writes it, before the Release swap below publishes it; two owners: the cell and
         // the handle returned.
@@ -192,17 +202,66 @@ impl<K, V> Node<K, V> {
         #[cfg(runcache_loom)]
         self.witness.with_mut(|w| unsafe { *w = weight });
         // Release: pairs with the Acquire loads of the cell (`view`, `take_if`), publishing
-        // the weight and the value.
+        // the weight and the value. Acquire: the fields of a list of waiting tasks, published
+        // by the Release that hung it on the cell (`listen`).
         let prev = self
             .value
-            .swap(self.counted.value_ptr() as usize, Ordering::Release);
-        debug_assert_eq!(
-            prev & TAGS,
-            BUILDER,
-            "a value cell is filled once, by its builder"
-        );
+            .swap(self.counted.value_ptr() as usize, Ordering::AcqRel);
         // SAFETY: (C1, C2) the second of the two counts `fill` made; this node's ops.
-        unsafe { Handle::adopt(NonNull::from(&self.counted), Self::ops) }
+        let handle = unsafe { Handle::adopt(NonNull::from(&self.counted), Self::ops) };
+        (handle, Listed::taken(prev))
+    }
+
+    /// Ends a `LOADING` attempt that recorded no outcome (its builder unwound or was
+    /// dropped): empties the cell, after the slot was finished `DEAD`. Returns the list of
+    /// waiting tasks the cell held, for the caller to close.
+    pub(crate) fn clear_builder(&self) -> Option<Listed> {
+        // Release: pairs with the Acquire of a task reading the cell (`listen`), which then
+        // sees the `DEAD` state stored before; Acquire: the list's fields, published by the
+        // Release that hung it on the cell.
+        Listed::taken(self.value.swap(0, Ordering::AcqRel))
+    }
+
+    /// Registers `waker` to be woken when this loading node's attempt ends; `false` if the
+    /// attempt is over or about to be (the cell no longer holds a builder's word).
+    ///
+    /// The caller is pinned (W2): a list read from the cell is retired through the epoch.
+    pub(crate) fn listen(&self, waker: &Waker, _guard: &Guard) -> bool {
+        let mut c = self.cell();
+        loop {
+            match c & TAGS {
+                BUILDER => {
+                    let list = Box::into_raw(Waiters::with((c >> 3) as u64, waker));
+                    debug_assert_eq!(list as usize & TAGS, 0);
+                    // Release: pairs with the Acquire of the builder's terminal swap and of
+                    // other tasks' reads (`listen`, `builder`), publishing the list.
+                    match self.value.compare_exchange(
+                        c,
+                        list as usize | LISTED,
+                        Ordering::Release,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return true,
+                        Err(now) => {
+                            // SAFETY: (W1) never published: ours alone.
+                            drop(unsafe { Box::from_raw(list) });
+                            c = now;
+                        }
+                    }
+                }
+                LISTED => {
+                    // SAFETY: (W2) the cell held the list when read under the caller's guard.
+                    let list = unsafe { &*((c & !TAGS) as *const Waiters) };
+                    if list.push(waker) {
+                        return true;
+                    }
+                    // Closed: the builder swapped it out before closing it (W2), and the
+                    // failed push acquired that close, so this load sees the new word.
+                    c = self.cell();
+                }
+                _ => return false,
+            }
+        }
     }
 
     /// The weight reserved for the value, for the policy (which got the node from the thread
@@ -224,14 +283,34 @@ impl<K, V> Node<K, V> {
         self.weight()
     }
 
-    /// The token of the thread building a `LOADING` node (0 once it is not loading).
-    pub(crate) fn builder(&self) -> u64 {
-        // Relaxed: written before the node was linked (the linking CAS is Release).
-        let c = self.value.load(Ordering::Relaxed);
-        if c & TAGS == BUILDER {
-            (c >> 3) as u64
+    /// How the attempt of a node whose cell no longer holds a builder's word ended, as far
+    /// as its cell tells, for a task that could not register on it (`listen` said `false`):
+    /// `READY` for a value (or a forward to its replacement), `DEAD` for an outcome, else
+    /// the slot's state, which is `LOADING` only while the builder is between its terminal
+    /// swap and the end of the state, with the value already taken out of the cell.
+    pub(crate) fn settled(&self) -> u32 {
+        // Acquire: pairs with the Release of the terminal swap (`publish`, `set_outcome`).
+        let c = self.cell();
+        if is_value(c) || c & TAGS == FORWARD {
+            READY
+        } else if c & TAGS == OUTCOME {
+            DEAD
         } else {
-            0
+            self.slot.state()
+        }
+    }
+
+    /// The token of the thread building a `LOADING` node (0 once it is not loading, or when
+    /// a task builds it). The caller is pinned (W2).
+    pub(crate) fn builder(&self, _guard: &Guard) -> u64 {
+        // Acquire: pairs with the Release that hung a list on the cell (`listen`); a builder's
+        // word was written before the node was linked (the linking CAS is Release).
+        let c = self.value.load(Ordering::Acquire);
+        match c & TAGS {
+            BUILDER => (c >> 3) as u64,
+            // SAFETY: (W2) the cell held the list when read under the caller's guard.
+            LISTED => unsafe { &*((c & !TAGS) as *const Waiters) }.token(),
+            _ => 0,
         }
     }
 
@@ -331,14 +410,15 @@ impl<K, V> Node<K, V> {
         !matches!(self.view(guard), View::Dead)
     }
 
-    /// Records how a failed or rejected attempt ended. Called once, before `Slot::finish`.
-    pub(crate) fn set_outcome(&self, outcome: Outcome<V>) {
+    /// Records how a failed or rejected attempt ended. Called once, before `Slot::finish`;
+    /// returns the list of waiting tasks the cell held, for the builder to close after it.
+    pub(crate) fn set_outcome(&self, outcome: Outcome<V>) -> Option<Listed> {
         let p = Box::into_raw(Box::new(outcome)) as usize;
         debug_assert_eq!(p & TAGS, 0);
-        // Relaxed: published by the Release swap in `Slot::finish` that follows; only the
-        // builder writes a loading node's cell.
-        let prev = self.value.swap(p | OUTCOME, Ordering::Relaxed);
-        debug_assert_eq!(prev & TAGS, BUILDER, "an attempt's outcome was set twice");
+        // Release: pairs with the Acquire of a task reading the cell (`settled`), publishing
+        // the outcome (threads look at it after acquiring `DEAD` from `Slot::finish`).
+        // Acquire: the list's fields, published by the Release that hung it on the cell.
+        Listed::taken(self.value.swap(p | OUTCOME, Ordering::AcqRel))
     }
 
     /// Takes the key and value back out of a node that was never shared: `node` is its one
@@ -348,7 +428,7 @@ impl<K, V> Node<K, V> {
         let c = node.value.swap(0, Ordering::Relaxed);
         debug_assert!(
             c & TAGS == 0 || c & TAGS == BUILDER,
-            "a node never shared holds no outcome and forwards nowhere"
+            "a node never shared holds no outcome, no list and forwards nowhere"
         );
         let value = is_value(c).then(|| {
             // SAFETY: (N1, C1) the cell's count was the value's only one, and nobody else
@@ -406,10 +486,49 @@ impl<K, V> Drop for Node<K, V> {
             FORWARD => drop(unsafe { Arc::from_raw(p as *const Node<K, V>) }),
             // SAFETY: (N1) created by `Box::into_raw` in `set_outcome`, owned by the cell.
             OUTCOME => drop(unsafe { Box::from_raw(p as *mut Outcome<V>) }),
+            // SAFETY: (W2) a list still in the cell is the cell's (every attempt's end takes
+            // it out; this is a loading node the cache dropped with).
+            LISTED => drop(unsafe { Box::from_raw(p as *mut Waiters) }),
             _ => {}
         }
     }
 }
+
+/// The list of waiting tasks that an attempt's terminal swap took out of the cell: closed
+/// and retired by the builder (W2).
+pub(crate) struct Listed(NonNull<Waiters>);
+
+impl Listed {
+    /// The list in `prev`, a word the builder's terminal swap took out of the cell.
+    fn taken(prev: usize) -> Option<Self> {
+        debug_assert!(
+            prev & TAGS == BUILDER || prev & TAGS == LISTED,
+            "an attempt ends once, by its builder"
+        );
+        (prev & TAGS == LISTED)
+            .then(|| Self(NonNull::new((prev & !TAGS) as *mut Waiters).expect("a list")))
+    }
+
+    /// The list.
+    pub(crate) fn waiters(&self) -> &Waiters {
+        // SAFETY: (W2) the builder owns the list it took out of the cell until it retires it.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Frees the list.
+    ///
+    /// # Safety
+    /// - No task can still reach it: readers that loaded the cell before the terminal swap
+    ///   have unpinned (W2).
+    pub(crate) unsafe fn free(self) {
+        // SAFETY: (W2) the caller's contract; made by `Box::into_raw` in `listen`.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+// SAFETY: (W1, W2) a list is shared state made of atomics and wakers (`Send + Sync`); the
+// builder hands its pointer to the collector's thread to free.
+unsafe impl Send for Listed {}
 
 /// Whether a cell word is a value: untagged and not null. In one compare: rotating the three
 /// tag bits to the top leaves a value's word in `1..2^61` and moves a tagged word above it,
