@@ -76,7 +76,10 @@ fn hits(c: &mut Criterion) {
             once(async {
                 let t0 = Instant::now();
                 for i in 0..iters {
-                    black_box(moka.get_with(black_box(i % KEYS), async { unreachable!() }).await);
+                    black_box(
+                        moka.get_with(black_box(i % KEYS), async { unreachable!() })
+                            .await,
+                    );
                 }
                 t0.elapsed()
             })

@@ -4,7 +4,7 @@
 //! operations, when a run fails.
 
 use proptest::prelude::*;
-use runcache_model::{cache, evicting, grouped, multi, ops};
+use runcache_model::{cache, evicting, flight, grouped, multi, ops};
 
 /// Up to 300 operations' worth of bytes.
 fn chunks() -> impl Strategy<Value = Vec<Vec<u8>>> {
@@ -34,6 +34,12 @@ proptest! {
     fn grouped_cache_matches_its_model(groups_per_session: u8, c in chunks()) {
         let input = grouped::Input { groups_per_session, ops: ops(&c) };
         grouped::run(input).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn async_single_flight_matches_its_model_and_loses_no_wake_up(c in chunks()) {
+        let input = flight::Input { ops: ops(&c) };
+        flight::run(input).map_err(TestCaseError::fail)?;
     }
 
     #[test]

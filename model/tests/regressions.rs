@@ -2,7 +2,7 @@
 //! (copied there from `fuzz/artifacts/` when fixed) and a few corpus seeds per target, so each
 //! one stays fixed in the ordinary test run, without cargo-fuzz.
 
-use runcache_model::{cache, config, decode, evicting, grouped, multi, Outcome};
+use runcache_model::{cache, config, decode, evicting, flight, grouped, multi, Outcome};
 use std::path::Path;
 
 fn replay(target: &str, run: impl Fn(&[u8]) -> Outcome) {
@@ -39,6 +39,11 @@ fn policy_regressions_pass() {
 #[test]
 fn grouped_regressions_pass() {
     replay("grouped", |b| typed(b, grouped::run));
+}
+
+#[test]
+fn async_flight_regressions_pass() {
+    replay("async_flight", |b| typed(b, flight::run));
 }
 
 #[test]
