@@ -61,8 +61,15 @@ impl Budget {
     }
 
     /// Reserves `weight` if it fits; `false` leaves the budget unchanged.
+    ///
+    /// A weight of 0 fits exactly when the capacity is not 0, and changes nothing: one load
+    /// decides it, with no write to the budget's word, which every thread's reservations
+    /// share (a replacement of equal weight reserves 0).
     #[must_use]
     pub(crate) fn try_reserve(&self, weight: u64) -> bool {
+        if weight == 0 {
+            return self.capacity() > 0;
+        }
         let mut cur = self.pair.load();
         loop {
             let (size, cap) = cur;
@@ -317,6 +324,8 @@ mod tests {
         assert!(!b.try_reserve(5));
         assert!(b.try_reserve(4));
         assert_eq!((b.size(), b.capacity()), (10, 10));
+        assert!(b.try_reserve(0), "a weight of 0 fits a full budget");
+        assert_eq!(b.size(), 10);
         b.release(6);
         assert_eq!(b.size(), 4);
         assert!(!b.try_reserve(u64::MAX), "overflowing weights never fit");
