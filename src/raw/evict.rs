@@ -6,12 +6,12 @@
 #![forbid(unsafe_code)]
 
 use super::counter::{Counter, StatsBlock};
-use super::node::{Node, View};
+use super::node::View;
+use super::strong::NodeRef;
 use super::write::Take;
 use super::{RawCache, RemovalCause};
 use crate::policy::S3Fifo;
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
 
 impl<K, V, S> RawCache<K, V, S>
 where
@@ -62,7 +62,7 @@ where
     /// to evict (every entry is being built, say).
     pub(super) fn evict_one(
         &self,
-        policy: &S3Fifo<Arc<Node<K, V>>>,
+        policy: &S3Fifo<NodeRef<K, V>>,
         capacity: u64,
         keep: u64,
     ) -> Option<u64> {
@@ -80,7 +80,7 @@ where
     }
 
     /// Hands a node whose value was just published to the policy.
-    pub(super) fn admit(&self, node: Arc<Node<K, V>>) {
+    pub(super) fn admit(&self, node: NodeRef<K, V>) {
         if let Some(policy) = &self.policy {
             let (size, capacity) = self.budget.snapshot();
             policy.admit(node, size >= capacity / 2, || self.len());

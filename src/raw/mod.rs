@@ -12,8 +12,9 @@
 //! them with the reasoning behind each. The table's own rules, `H1`..`H4`, are in
 //! [`table`].
 //!
-//! - **I1 (node ownership).** Every node a table points at was allocated as `Arc<Node>`; each
-//!   table holds one strong count of each node it points at (H3). Only the thread whose CAS
+//! - **I1 (node ownership).** Every node a table points at carries its own strong count
+//!   ([`strong::NodeRef`], S1); each table holds one strong count of each node it points at
+//!   (H3). Only the thread whose CAS
 //!   takes a node out of a slot releases that table's count, through the cache's epoch
 //!   collector; a retired table releases the counts it still holds when the collector
 //!   destroys it. So a node reached under a guard stays allocated until the guard drops. A
@@ -59,6 +60,7 @@ mod flight;
 mod handle;
 pub(crate) mod node;
 pub(crate) mod slot;
+mod strong;
 pub(crate) mod table;
 mod validate;
 mod walk;
@@ -79,6 +81,7 @@ use std::borrow::Borrow;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
+use strong::NodeRef;
 use table::Shard;
 
 /// The largest shard count a builder accepts.
@@ -177,7 +180,7 @@ pub(crate) struct RawCache<K, V, S> {
     listener: Option<Listener<K, V>>,
     budget: Budget,
     /// The eviction policy; `None` when the cache rejects entries that do not fit.
-    policy: Option<S3Fifo<Arc<Node<K, V>>>>,
+    policy: Option<S3Fifo<NodeRef<K, V>>>,
     // Declared last: dropped after the shards, so this thread's handle goes last (I7).
     domain: Domain,
 }
@@ -393,8 +396,8 @@ where
 /// Takes the key and value back out of a node that was never linked.
 ///
 /// # Safety
-/// - `n` came from `Arc::into_raw(Node::new(..))`, was never linked, and is not used afterwards.
+/// - `n` came from `NodeRef::into_raw(Node::create(..))`, was never linked, and is not used afterwards.
 unsafe fn into_parts<K, V>(n: *const Node<K, V>) -> (K, Option<V>) {
     // SAFETY: (I1) never shared, so ours is the only count (besides its value's).
-    Node::into_parts(unsafe { Arc::from_raw(n) })
+    Node::into_parts(unsafe { NodeRef::from_raw(n) })
 }

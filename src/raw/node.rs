@@ -1,7 +1,8 @@
 //! An entry node: the key, its single-flight slot, its value cell, the policy's state and the
 //! value itself, with the count of its owners ([`Counted`]).
 //!
-//! Nodes are allocated as `Arc<Node>`. Each table that points at a node holds one strong
+//! A node is one allocation that carries its own strong count ([`NodeRef`], S1 in
+//! `strong.rs`). Each table that points at a node holds one strong
 //! count of it (**I1**); builders, parked waiters, the eviction queues and the value (while
 //! it has owners, C1) hold their own.
 //!
@@ -22,6 +23,7 @@
 use super::flight::Waiters;
 use super::handle::{Count, Counted, Handle};
 use super::slot::{Slot, DEAD, LOADING, READY};
+use super::strong::NodeRef;
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
 use crate::sync::UnsafeCell;
@@ -68,7 +70,7 @@ const TAGS: usize = 7;
 
 /// An entry node.
 ///
-/// Nodes are allocated as `Arc<Node>`; every table slot that points at one holds a strong
+/// A node carries its own strong count ([`NodeRef`]); every table slot that points at one holds a strong
 /// count (**I1**). `repr(C)`, with what a hit reads first (the hash, the value cell, the
 /// policy byte) and the key right after them, the value last (a large value does not push
 /// the key away from the cell).
@@ -103,6 +105,9 @@ pub(crate) struct Node<K, V> {
     /// published (the Release that publishes it orders the write), and read by threads that
     /// acquired the value or admitted the node.
     weight: AtomicU64,
+    /// The node's strong counts (S1): tables, builders, waiters, queues, forwards, and its
+    /// value's owners together (C1).
+    refs: AtomicUsize,
     /// Under loom, a copy of the weight in a tracked cell, read by whoever takes the value,
     /// so that the models check that publishing orders the weight before the value.
     #[cfg(runcache_loom)]
@@ -113,10 +118,9 @@ pub(crate) struct Node<K, V> {
     _owns: PhantomData<V>,
 }
 
-// A `u64 → u64` node is 56 bytes, 72 with the `Arc` header: an 80-byte allocation, the only
-// one of the entry.
+// A `u64 → u64` node is 64 bytes with its count: the only allocation of the entry.
 #[cfg(not(runcache_loom))]
-const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 56);
+const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 64);
 
 // SAFETY: (N1) a node owns a `K`, maybe a `V`, an outcome and a node it forwards to; it moves
 // between threads with them. All shared state is atomic (the loom-only witness is written
@@ -126,12 +130,17 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Send for Node<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Node<K, V> {}
 
 impl<K, V> Node<K, V> {
-    /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of its
-    /// `Arc`.
+    /// The node's strong count (S1), for [`NodeRef`].
+    pub(crate) fn refs(&self) -> &AtomicUsize {
+        &self.refs
+    }
+
+    /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of it
+    /// (S1).
     ///
     /// # Safety
-    /// - `c` is the `Counted` of a live node allocated as `Arc<Node>` (I1, C2); for
-    ///   `Count::Unhold`, the caller owns the count it releases.
+    /// - `c` is the `Counted` of a live node (I1, C2); for `Count::Unhold`, the caller owns
+    ///   the count it releases.
     unsafe fn ops(c: NonNull<Counted<V>>, count: Count) {
         let offset = std::mem::offset_of!(Self, counted);
         // (C2) `counted` lies `offset` bytes into its `repr(C)` node.
@@ -143,8 +152,8 @@ impl<K, V> Node<K, V> {
         // SAFETY: (I1, C2) the caller's contract.
         unsafe {
             match count {
-                Count::Hold => Arc::increment_strong_count(node),
-                Count::Unhold => Arc::decrement_strong_count(node),
+                Count::Hold => NodeRef::increment_strong_count(node),
+                Count::Unhold => NodeRef::decrement_strong_count(node),
             }
         }
     }
@@ -152,7 +161,12 @@ impl<K, V> Node<K, V> {
     /// A new entry node, with one strong count for the caller; with `value` it is created
     /// `READY`, its cell owning the value's one count (which holds one more strong count of
     /// the node, C1), without it `LOADING` for the thread `builder`.
-    pub(crate) fn new(hash: u64, key: K, value: Option<(V, u64)>, builder: u64) -> Arc<Self> {
+    pub(crate) fn create(
+        hash: u64,
+        key: K,
+        value: Option<(V, u64)>,
+        builder: u64,
+    ) -> NodeRef<K, V> {
         let (slot, cell, weight, counted) = match value {
             Some((v, w)) => (Slot::ready(), 0, w, Counted::with(v, 1)),
             None => (
@@ -162,13 +176,14 @@ impl<K, V> Node<K, V> {
                 Counted::empty(),
             ),
         };
-        let node = Arc::new(Self {
+        let node = NodeRef::new(Self {
             hash,
             value: AtomicUsize::new(cell),
             slot,
             meta: EntryMeta::new(),
             key,
             weight: AtomicU64::new(weight),
+            refs: AtomicUsize::new(1),
             #[cfg(runcache_loom)]
             witness: UnsafeCell::new(weight),
             counted,
@@ -180,7 +195,7 @@ impl<K, V> Node<K, V> {
             // Relaxed: the node is not shared yet; linking it publishes the cell.
             node.value.store(p, Ordering::Relaxed);
             // SAFETY: (C1) the value's own count of its node, released by its last owner.
-            unsafe { Arc::increment_strong_count(Arc::as_ptr(&node)) };
+            unsafe { NodeRef::increment_strong_count(NodeRef::as_ptr(&node)) };
         }
         node
     }
@@ -194,7 +209,7 @@ impl<K, V> Node<K, V> {
         // the handle returned.
         unsafe { self.counted.fill(value, 2) };
         // SAFETY: (I1, C1) the builder holds a count of the node; this is the value's own.
-        unsafe { Arc::increment_strong_count(self as *const Self) };
+        unsafe { NodeRef::increment_strong_count(self as *const Self) };
         // Relaxed: published by the Release swap below.
         self.weight.store(weight, Ordering::Relaxed);
         // SAFETY: (N2) only the builder writes, once, before the value is published; the witness
@@ -423,7 +438,7 @@ impl<K, V> Node<K, V> {
 
     /// Takes the key and value back out of a node that was never shared: `node` is its one
     /// strong count besides its value's.
-    pub(crate) fn into_parts(node: Arc<Self>) -> (K, Option<V>) {
+    pub(crate) fn into_parts(node: NodeRef<K, V>) -> (K, Option<V>) {
         // Relaxed: never shared.
         let c = node.value.swap(0, Ordering::Relaxed);
         debug_assert!(
@@ -435,12 +450,12 @@ impl<K, V> Node<K, V> {
             // reaches the node; the value is read out once, and its count of the node goes.
             unsafe {
                 let v = node.counted.take();
-                Arc::decrement_strong_count(Arc::as_ptr(&node));
+                NodeRef::decrement_strong_count(NodeRef::as_ptr(&node));
                 v
             }
         });
-        let node = Arc::try_unwrap(node)
-            .unwrap_or_else(|_| unreachable!("a node that was never shared has one count"));
+        let node = NodeRef::into_inner(node)
+            .unwrap_or_else(|| unreachable!("a node that was never shared has one count"));
         let this = std::mem::ManuallyDrop::new(node);
         // SAFETY: (N1) `this` is never dropped, so the key is read out exactly once. The
         // slot, the policy state and the emptied cell and value own nothing to drop.
@@ -483,7 +498,7 @@ impl<K, V> Drop for Node<K, V> {
         debug_assert!(!is_value(c), "a node drops with a value in its cell (N1)");
         match c & TAGS {
             // SAFETY: (N1) the cell's strong count of the node it forwards to.
-            FORWARD => drop(unsafe { Arc::from_raw(p as *const Node<K, V>) }),
+            FORWARD => drop(unsafe { NodeRef::from_raw(p as *const Node<K, V>) }),
             // SAFETY: (N1) created by `Box::into_raw` in `set_outcome`, owned by the cell.
             OUTCOME => drop(unsafe { Box::from_raw(p as *mut Outcome<V>) }),
             // SAFETY: (W2) a list still in the cell is the cell's (every attempt's end takes
@@ -547,8 +562,8 @@ fn forward_of<'a, K, V>(cell: usize) -> Option<&'a Node<K, V>> {
 }
 
 /// The word a cell holds to forward to `node` (taking a strong count of it for the cell).
-pub(crate) fn forward_to<K, V>(node: Arc<Node<K, V>>) -> usize {
-    Arc::into_raw(node) as usize | FORWARD
+pub(crate) fn forward_to<K, V>(node: NodeRef<K, V>) -> usize {
+    NodeRef::into_raw(node) as usize | FORWARD
 }
 
 /// The node pointer inside a forwarding word made by [`forward_to`].
@@ -584,17 +599,17 @@ pub(crate) unsafe fn release_value<K, V>(value: *const V) {
 }
 
 /// Takes a count of a node found under a guard, so it outlives the guard.
-pub(crate) fn hold<K, V>(node: &Node<K, V>) -> Arc<Node<K, V>> {
+pub(crate) fn hold<K, V>(node: &Node<K, V>) -> NodeRef<K, V> {
     let p: *const Node<K, V> = node;
-    // SAFETY: (I1) `node` is alive (the caller is pinned) and was allocated as `Arc<Node>` (I1),
+    // SAFETY: (I1, S1) `node` is alive (the caller is pinned, or holds a count) and counted (S1),
     // so taking one more strong count is valid.
     unsafe {
-        Arc::increment_strong_count(p);
-        Arc::from_raw(p)
+        NodeRef::increment_strong_count(p);
+        NodeRef::from_raw(p)
     }
 }
 
-impl<K, V> crate::policy::Queued for Arc<Node<K, V>> {
+impl<K, V> crate::policy::Queued for NodeRef<K, V> {
     fn meta(&self) -> &EntryMeta {
         &self.meta
     }
@@ -612,7 +627,7 @@ impl<K, V> crate::policy::Queued for Arc<Node<K, V>> {
     }
 
     fn id(&self) -> usize {
-        Arc::as_ptr(self) as usize
+        NodeRef::as_ptr(self) as usize
     }
 }
 

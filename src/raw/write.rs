@@ -8,13 +8,13 @@
 use super::counter::Counter;
 use super::handle::Handle;
 use super::node::{self, forward_to, handle_of, hold, value_of, Node, View};
+use super::strong::NodeRef;
 use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
 use crate::sync::Ordering;
 use crossbeam_epoch::Guard;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
 
 /// The share of the capacity (one part in `HAND_OVER`) that a thread's retired values
 /// (removed, replaced or evicted) may weigh before it hands them to the collector (see
@@ -51,7 +51,7 @@ where
                 if !self.reserve(weight, pin.stats) {
                     return Err(self.refuse(&pin, key, value, weight));
                 }
-                let node = Arc::into_raw(self.node_with(hash, &mut key, &mut value, weight));
+                let node = NodeRef::into_raw(self.node_with(hash, &mut key, &mut value, weight));
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
@@ -80,7 +80,7 @@ where
                         return Err(self.refuse(&pin, key, value, weight));
                     }
                     let new = self.node_with(hash, &mut key, &mut value, weight);
-                    let forward = forward_to(Arc::clone(&new));
+                    let forward = forward_to(NodeRef::clone(&new));
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
                             // SAFETY: (I5, I6) our CAS took the old value out of the cell; `shared`
@@ -98,7 +98,7 @@ where
                         Err(_) => {
                             self.budget.release(weight - shared);
                             // SAFETY: (N1) the cell did not take the count `forward` carries.
-                            drop(unsafe { Arc::from_raw(node::unforward::<K, V>(forward)) });
+                            drop(unsafe { NodeRef::from_raw(node::unforward::<K, V>(forward)) });
                             let (k, v) = Node::into_parts(new);
                             (key, value) = (Some(k), v);
                         }
@@ -121,10 +121,10 @@ where
         key: &mut Option<K>,
         value: &mut Option<V>,
         weight: u64,
-    ) -> Arc<Node<K, V>> {
+    ) -> NodeRef<K, V> {
         let k = key.take().expect("the key is in hand");
         let v = value.take().expect("the value is in hand");
-        Node::new(hash, k, Some((v, weight)), 0)
+        Node::create(hash, k, Some((v, weight)), 0)
     }
 
     /// Builds the refusal of an insert, handing the key and the value back.

@@ -20,6 +20,7 @@ use super::super::counter::Counter;
 use super::super::epoch;
 use super::super::node::Node;
 use super::super::slot::LOADING;
+use super::super::strong::NodeRef;
 use super::super::table::Shard;
 use super::super::{RawCache, Served};
 use super::{Flight, Step};
@@ -28,7 +29,6 @@ use std::cell::Cell;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 /// The build in flight is the caller's own: a build future asked for its own key from
@@ -130,7 +130,7 @@ where
     /// attempt ends `DEAD` (its guard's drop) and a waiter takes the build over.
     async fn build_async<E, F>(
         &self,
-        node: Arc<Node<K, V>>,
+        node: NodeRef<K, V>,
         shard: &Shard<K, V>,
         build: F,
     ) -> Served<V, E>
@@ -141,7 +141,7 @@ where
         let attempt = self.attempt(&node, shard);
         let build = std::pin::pin!(build);
         let result = Building {
-            node: Arc::as_ptr(&node) as usize,
+            node: NodeRef::as_ptr(&node) as usize,
             build,
         }
         .await;

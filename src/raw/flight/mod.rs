@@ -19,6 +19,7 @@ use super::epoch;
 use super::handle::Handle;
 use super::node::{handle_of, hold, Listed, Node, Outcome, View};
 use super::slot::{DEAD, READY};
+use super::strong::NodeRef;
 use super::table::Shard;
 use super::{RawCache, Served};
 use crate::sync::Ordering;
@@ -33,9 +34,9 @@ pub(super) enum Step<K, V> {
     /// The value was cached (counted as a hit).
     Hit(Handle<V>),
     /// Our `LOADING` node is linked: build it (a count of it for the builder).
-    Build(Arc<Node<K, V>>),
+    Build(NodeRef<K, V>),
     /// Someone else builds: wait for the node's attempt to end, then [`RawCache::after_wait`].
-    Wait(Arc<Node<K, V>>),
+    Wait(NodeRef<K, V>),
     /// The cache is off (capacity 0): build, and hand the value back uncached.
     Off(K),
     /// The build in flight is this caller's own (same thread, or the builder future being
@@ -177,13 +178,13 @@ where
                         None => {
                             let node = mine.get_or_insert_with(|| {
                                 let k = key.take().expect("key present until moved into a node");
-                                Node::new(hash, k, None, owner)
+                                Node::create(hash, k, None, owner)
                             });
-                            if !shard.link(&pos, Arc::as_ptr(node), &pin.guard) {
+                            if !shard.link(&pos, NodeRef::as_ptr(node), &pin.guard) {
                                 continue;
                             }
                             // The table took the count we made the node with (I1).
-                            let node = Arc::into_raw(mine.take().expect("linked just now"));
+                            let node = NodeRef::into_raw(mine.take().expect("linked just now"));
                             // SAFETY: (I1) the table's count keeps the node alive while we
                             // take one for the builder.
                             return Step::Build(hold(unsafe { &*node }));
@@ -278,7 +279,7 @@ where
     /// Runs the builder for our linked `LOADING` node and publishes the result.
     pub(super) fn build_into<E, F>(
         &self,
-        node: Arc<Node<K, V>>,
+        node: NodeRef<K, V>,
         shard: &Shard<K, V>,
         build: F,
     ) -> Served<V, E>
@@ -400,7 +401,7 @@ where
 pub(super) struct Flight<K, V> {
     key: Option<K>,
     /// Our node, never shared until it is linked.
-    mine: Option<Arc<Node<K, V>>>,
+    mine: Option<NodeRef<K, V>>,
     counted: bool,
 }
 

@@ -5,11 +5,11 @@
 
 use super::{CLAIMS, IN_FLIGHT, MIGRATING, MIN_SLOTS};
 use crate::raw::node::Node;
+use crate::raw::strong::NodeRef;
 use crate::raw::word::SlotWord;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Pointable};
 use std::alloc::{self, Layout};
-use std::sync::Arc;
 
 /// A table: its header and, in the same allocation, its slots, so a probe reaches a slot
 /// from the table's address without loading a pointer to a separate array. `S` is the slot
@@ -119,7 +119,7 @@ impl<K, V> Pointable for Table<K, V> {
             let p = slot.load(Ordering::Relaxed, unsafe { crossbeam_epoch::unprotected() });
             if !p.is_null() {
                 // SAFETY: (H3) the table's strong count of every node it points at (H3).
-                drop(unsafe { Arc::from_raw(p.as_raw()) });
+                drop(unsafe { NodeRef::from_raw(p.as_raw()) });
             }
         }
         let layout = Layout::for_value(table);

@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 use super::*;
+use crate::raw::strong::NodeRef;
 
 impl<K: Eq, V> Shard<K, V> {
     /// Starts migrating `table` (the shard's root, or it waits for that), sizing the next
@@ -205,7 +206,7 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
                 // A tombstone: keep probing.
                 None if s.tag() != 0 => break,
                 None => {
-                    let p = Arc::into_raw(crate::raw::node::hold(node));
+                    let p = NodeRef::into_raw(crate::raw::node::hold(node));
                     // Release: pairs with the Acquire slot loads; publishes the node's
                     // fields to readers of the new table.
                     match slot.compare_exchange(
@@ -222,7 +223,7 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
                         }
                         Err(current) => {
                             // SAFETY: (I1) the count we took for the slot, never shared.
-                            drop(unsafe { Arc::from_raw(p) });
+                            drop(unsafe { NodeRef::from_raw(p) });
                             s = current;
                         }
                     }

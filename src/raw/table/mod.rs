@@ -65,6 +65,7 @@ mod array;
 mod migrate;
 mod walk;
 
+use crate::raw::strong::NodeRef;
 use array::Table;
 
 use crate::raw::epoch::Pending;
@@ -542,7 +543,7 @@ fn swing<K, V>(
     pending: &Arc<Pending>,
     guard: &Guard,
 ) {
-    let p = Arc::into_raw(super::node::hold(to));
+    let p = NodeRef::into_raw(super::node::hold(to));
     // Release: pairs with the Acquire slot loads (the replacement's fields were published by
     // the forward, which we acquired; this passes them on).
     match table.slots[i].compare_exchange(
@@ -555,7 +556,7 @@ fn swing<K, V>(
         // SAFETY: (H3, I1) our CAS took the replaced node out of the slot, with the table's count.
         Ok(_) => unsafe { retire(current, None, pending, guard) },
         // SAFETY: (I1) the count we took for the slot, never shared.
-        Err(_) => drop(unsafe { Arc::from_raw(p) }),
+        Err(_) => drop(unsafe { NodeRef::from_raw(p) }),
     }
 }
 
@@ -578,14 +579,14 @@ unsafe fn retire<K, V>(
     // crossbeam's inline storage (three words) instead of a boxed allocation.
     let value = value.unwrap_or(std::ptr::null());
     // SAFETY: (I1, I6, C1) readers that can still reach `raw` or `value` are pinned; the closure
-    // runs after they unpin. The node's count came from `Arc::into_raw` (I1); the value's
+    // runs after they unpin. The node's count came from `NodeRef::into_raw` (I1); the value's
     // count is the caller's (C1). The value goes first: its count may hold the node.
     unsafe {
         pending.defer(guard, move || {
             if !value.is_null() {
                 super::node::release_value::<K, V>(value);
             }
-            drop(Arc::from_raw(raw));
+            drop(NodeRef::from_raw(raw));
         })
     };
 }

@@ -1,0 +1,152 @@
+//! [`NodeRef`]: a strong count of an entry node, kept in the node itself.
+//!
+//! An `Arc<Node>` would put two count words (strong and weak) before the node, and nothing in
+//! the engine uses a weak count. A node carries its own strong count instead (`Node::refs`),
+//! so an entry is one allocation of the node alone, 8 bytes smaller than in an `Arc`, and
+//! the count is the crate's to manage (under loom it is a loom atomic, so the models explore
+//! it).
+//! The interface mirrors the `Arc` functions the engine used (`into_raw`, `from_raw`,
+//! `increment_strong_count`, `decrement_strong_count`), so every ownership rule that cites
+//! I1 reads the same.
+//!
+//! # Invariants
+//!
+//! - **S1 (the count).** A node's `refs` is the number of strong counts of it that exist:
+//!   each `NodeRef`, and each raw pointer made by [`NodeRef::into_raw`] or counted by
+//!   [`NodeRef::increment_strong_count`] and not yet given back. It is created at 1 with the
+//!   node's box, and the release that takes it to 0 drops the box, once.
+
+#![allow(unsafe_code)]
+
+use super::node::Node;
+use crate::sync::{fence, Ordering};
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+/// The most counts a node may have: beyond, as `Arc` does, the process aborts rather than
+/// risk the count wrapping (which would free a node still in use).
+const MAX_REFS: usize = isize::MAX as usize;
+
+/// One strong count of a node (S1); dereferences to the node.
+pub(crate) struct NodeRef<K, V> {
+    ptr: NonNull<Node<K, V>>,
+    _owns: PhantomData<Node<K, V>>,
+}
+
+// SAFETY: (S1) a `NodeRef` shares its node between threads as an `Arc<Node>` does, and the
+// node is `Send + Sync` exactly when its key and value are.
+unsafe impl<K, V> Send for NodeRef<K, V> where Node<K, V>: Send + Sync {}
+// SAFETY: (S1) as above.
+unsafe impl<K, V> Sync for NodeRef<K, V> where Node<K, V>: Send + Sync {}
+
+impl<K, V> NodeRef<K, V> {
+    /// Moves `node` (whose count is 1) into its own allocation, as its one count.
+    pub(crate) fn new(node: Node<K, V>) -> Self {
+        debug_assert_eq!(node.refs().load(Ordering::Relaxed), 1);
+        Self {
+            ptr: NonNull::from(Box::leak(Box::new(node))),
+            _owns: PhantomData,
+        }
+    }
+
+    /// The node's address.
+    pub(crate) fn as_ptr(this: &Self) -> *const Node<K, V> {
+        this.ptr.as_ptr()
+    }
+
+    /// Gives the count up as a raw pointer, to be taken back by [`from_raw`](Self::from_raw)
+    /// or released by [`decrement_strong_count`](Self::decrement_strong_count).
+    pub(crate) fn into_raw(this: Self) -> *const Node<K, V> {
+        let p = this.ptr.as_ptr();
+        std::mem::forget(this);
+        p
+    }
+
+    /// Takes a count back from a raw pointer.
+    ///
+    /// # Safety
+    /// - `p` came from [`into_raw`](Self::into_raw) or carries a count taken by
+    ///   [`increment_strong_count`](Self::increment_strong_count) (S1), which the caller
+    ///   gives up.
+    pub(crate) unsafe fn from_raw(p: *const Node<K, V>) -> Self {
+        Self {
+            // SAFETY: (S1) a counted node's address is never null.
+            ptr: unsafe { NonNull::new_unchecked(p.cast_mut()) },
+            _owns: PhantomData,
+        }
+    }
+
+    /// Takes one more count of the node at `p`.
+    ///
+    /// # Safety
+    /// - The node at `p` is alive: the caller holds a count of it, or is pinned where a
+    ///   table that counts it can be read (I1, H3).
+    pub(crate) unsafe fn increment_strong_count(p: *const Node<K, V>) {
+        // SAFETY: (S1) the caller's contract.
+        let refs = unsafe { &*p }.refs();
+        // Relaxed: as `Arc::clone`: the caller's own access to the node orders what it reads,
+        // and a new count publishes nothing.
+        if refs.fetch_add(1, Ordering::Relaxed) > MAX_REFS {
+            std::process::abort();
+        }
+    }
+
+    /// Releases one count of the node at `p`, dropping the node if it was the last.
+    ///
+    /// # Safety
+    /// - The caller owns the count it releases (S1), and does not use `p` after.
+    pub(crate) unsafe fn decrement_strong_count(p: *const Node<K, V>) {
+        // SAFETY: (S1) the caller's contract.
+        drop(unsafe { Self::from_raw(p) });
+    }
+
+    /// The node, if this is its only count: the allocation is freed, the node handed back.
+    pub(crate) fn into_inner(this: Self) -> Option<Node<K, V>> {
+        // Acquire: as `Arc::into_inner`, pairs with the Release of the other counts' releases,
+        // so their accesses to the node happen before the caller's.
+        if this
+            .refs()
+            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        let p = Self::into_raw(this).cast_mut();
+        // SAFETY: (S1) the count was the last one: nobody else can reach the box.
+        Some(*unsafe { Box::from_raw(p) })
+    }
+}
+
+impl<K, V> Clone for NodeRef<K, V> {
+    fn clone(&self) -> Self {
+        // SAFETY: (S1) `self` is a count of the node, which keeps it alive.
+        unsafe { Self::increment_strong_count(self.ptr.as_ptr()) };
+        Self {
+            ptr: self.ptr,
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<K, V> Deref for NodeRef<K, V> {
+    type Target = Node<K, V>;
+
+    fn deref(&self) -> &Node<K, V> {
+        // SAFETY: (S1) a count keeps the node alive.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<K, V> Drop for NodeRef<K, V> {
+    fn drop(&mut self) {
+        // Release: as `Arc`'s drop, so this count's accesses to the node happen before the
+        // last release's drop of it, which acquires them (the fence below).
+        if self.refs().fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: (S1) the last count: the box is ours to drop, once.
+        drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+    }
+}
