@@ -86,7 +86,7 @@ pub(crate) struct Node<K, V> {
     ///   value was replaced, and the replacement lives in that node;
     /// - `token << 3` tagged [`BUILDER`]: the node is loading, built by that thread (used to
     ///   turn same-thread recursion into a clear panic instead of a deadlock);
-    /// - a `Box<Waiters>` pointer tagged [`LISTED`] (the cell owns it, W2): the node is
+    /// - a `Box<Waiters>` pointer tagged [`LISTED`] (the cell owns it, L2): the node is
     ///   loading and tasks wait for it; the list keeps the builder's token;
     /// - a `Box<Outcome>` pointer tagged [`OUTCOME`] (the cell owns it): the attempt ended
     ///   without caching, and this is what its waiters get.
@@ -240,7 +240,7 @@ impl<K, V> Node<K, V> {
     /// Registers `waker` to be woken when this loading node's attempt ends; `false` if the
     /// attempt is over or about to be (the cell no longer holds a builder's word).
     ///
-    /// The caller is pinned (W2): a list read from the cell is retired through the epoch.
+    /// The caller is pinned (L2): a list read from the cell is retired through the epoch.
     pub(crate) fn listen(&self, waker: &Waker, _guard: &Guard) -> bool {
         let mut c = self.cell();
         loop {
@@ -258,19 +258,19 @@ impl<K, V> Node<K, V> {
                     ) {
                         Ok(_) => return true,
                         Err(now) => {
-                            // SAFETY: (W1) never published: ours alone.
+                            // SAFETY: (L1) never published: ours alone.
                             drop(unsafe { Box::from_raw(list) });
                             c = now;
                         }
                     }
                 }
                 LISTED => {
-                    // SAFETY: (W2) the cell held the list when read under the caller's guard.
+                    // SAFETY: (L2) the cell held the list when read under the caller's guard.
                     let list = unsafe { &*((c & !TAGS) as *const Waiters) };
                     if list.push(waker) {
                         return true;
                     }
-                    // Closed: the builder swapped it out before closing it (W2), and the
+                    // Closed: the builder swapped it out before closing it (L2), and the
                     // failed push acquired that close, so this load sees the new word.
                     c = self.cell();
                 }
@@ -316,14 +316,14 @@ impl<K, V> Node<K, V> {
     }
 
     /// The token of the thread building a `LOADING` node (0 once it is not loading, or when
-    /// a task builds it). The caller is pinned (W2).
+    /// a task builds it). The caller is pinned (L2).
     pub(crate) fn builder(&self, _guard: &Guard) -> u64 {
         // Acquire: pairs with the Release that hung a list on the cell (`listen`); a builder's
         // word was written before the node was linked (the linking CAS is Release).
         let c = self.value.load(Ordering::Acquire);
         match c & TAGS {
             BUILDER => (c >> 3) as u64,
-            // SAFETY: (W2) the cell held the list when read under the caller's guard.
+            // SAFETY: (L2) the cell held the list when read under the caller's guard.
             LISTED => unsafe { &*((c & !TAGS) as *const Waiters) }.token(),
             _ => 0,
         }
@@ -501,7 +501,7 @@ impl<K, V> Drop for Node<K, V> {
             FORWARD => drop(unsafe { NodeRef::from_raw(p as *const Node<K, V>) }),
             // SAFETY: (N1) created by `Box::into_raw` in `set_outcome`, owned by the cell.
             OUTCOME => drop(unsafe { Box::from_raw(p as *mut Outcome<V>) }),
-            // SAFETY: (W2) a list still in the cell is the cell's (every attempt's end takes
+            // SAFETY: (L2) a list still in the cell is the cell's (every attempt's end takes
             // it out; this is a loading node the cache dropped with).
             LISTED => drop(unsafe { Box::from_raw(p as *mut Waiters) }),
             _ => {}
@@ -510,7 +510,7 @@ impl<K, V> Drop for Node<K, V> {
 }
 
 /// The list of waiting tasks that an attempt's terminal swap took out of the cell: closed
-/// and retired by the builder (W2).
+/// and retired by the builder (L2).
 pub(crate) struct Listed(NonNull<Waiters>);
 
 impl Listed {
@@ -526,7 +526,7 @@ impl Listed {
 
     /// The list.
     pub(crate) fn waiters(&self) -> &Waiters {
-        // SAFETY: (W2) the builder owns the list it took out of the cell until it retires it.
+        // SAFETY: (L2) the builder owns the list it took out of the cell until it retires it.
         unsafe { self.0.as_ref() }
     }
 
@@ -534,14 +534,14 @@ impl Listed {
     ///
     /// # Safety
     /// - No task can still reach it: readers that loaded the cell before the terminal swap
-    ///   have unpinned (W2).
+    ///   have unpinned (L2).
     pub(crate) unsafe fn free(self) {
-        // SAFETY: (W2) the caller's contract; made by `Box::into_raw` in `listen`.
+        // SAFETY: (L2) the caller's contract; made by `Box::into_raw` in `listen`.
         drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }
 
-// SAFETY: (W1, W2) a list is shared state made of atomics and wakers (`Send + Sync`); the
+// SAFETY: (L1, L2) a list is shared state made of atomics and wakers (`Send + Sync`); the
 // builder hands its pointer to the collector's thread to free.
 unsafe impl Send for Listed {}
 

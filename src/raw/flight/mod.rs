@@ -381,12 +381,12 @@ where
     }
 
     /// Wakes the tasks on a list an attempt's terminal swap took from its cell (after the
-    /// slot's state was ended), and retires the list (W2).
+    /// slot's state was ended), and retires the list (L2).
     fn close(&self, listed: Option<Listed>) {
         let Some(listed) = listed else { return };
         listed.waiters().close();
         let pin = self.pin();
-        // SAFETY: (W2) the list left the cell before it closed; tasks that read it under a
+        // SAFETY: (L2) the list left the cell before it closed; tasks that read it under a
         // guard are pinned now, and the collector frees it after they unpin (E1).
         unsafe {
             self.domain

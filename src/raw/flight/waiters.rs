@@ -15,11 +15,11 @@
 //!
 //! # Invariants
 //!
-//! - **W1 (registrations).** A registration is written whole by its task before the Release
+//! - **L1 (registrations).** A registration is written whole by its task before the Release
 //!   compare-and-swap that pushes it, and never touched by that task again; the list owns it
 //!   until the Acquire swap of [`close`](Waiters::close) takes it, whose caller wakes and
 //!   frees it once. Dropping a list that was never closed frees its registrations unwoken.
-//! - **W2 (the list's lifetime).** The list is reachable only through its node's cell while
+//! - **L2 (the list's lifetime).** The list is reachable only through its node's cell while
 //!   the cell is tagged `LISTED`; the builder's terminal swap takes it out, and the builder
 //!   closes it and then retires it through the cache's epoch collector, so a task that read
 //!   the cell under a guard may still push (and find it closed) until it unpins.
@@ -80,7 +80,7 @@ impl Waiters {
             next: head,
         }));
         loop {
-            // Release: pairs with the Acquire swap in `close` (W1), which then reads the
+            // Release: pairs with the Acquire swap in `close` (L1), which then reads the
             // registration; Acquire on failure: a `CLOSED` read pairs with that swap's
             // Release, so the caller's next read of the cell sees the terminal swap before it.
             match self
@@ -89,13 +89,13 @@ impl Waiters {
             {
                 Ok(_) => return true,
                 Err(CLOSED) => {
-                    // SAFETY: (W1) never pushed: ours alone.
+                    // SAFETY: (L1) never pushed: ours alone.
                     drop(unsafe { Box::from_raw(reg) });
                     return false;
                 }
                 Err(now) => {
                     head = now;
-                    // SAFETY: (W1) not pushed yet: only this task writes it.
+                    // SAFETY: (L1) not pushed yet: only this task writes it.
                     unsafe { (*reg).next = now };
                 }
             }
@@ -105,12 +105,12 @@ impl Waiters {
     /// Closes the list and wakes every task registered on it, once. Called once, by the
     /// builder, after the attempt's terminal swap of the cell and the end of the slot's state.
     pub(crate) fn close(&self) {
-        // AcqRel: Acquire pairs with each push's Release (W1); Release pairs with the
+        // AcqRel: Acquire pairs with each push's Release (L1); Release pairs with the
         // failure Acquire of a push that finds the list closed.
         let mut reg = self.head.swap(CLOSED, Ordering::AcqRel);
         debug_assert!(reg != CLOSED, "a list is closed once");
         while !reg.is_null() {
-            // SAFETY: (W1) the swap took every registration pushed, each written whole before
+            // SAFETY: (L1) the swap took every registration pushed, each written whole before
             // its push; each is freed here, once.
             let r = unsafe { Box::from_raw(reg) };
             reg = r.next;
@@ -125,7 +125,7 @@ impl Drop for Waiters {
         // closing only when the cache drops a loading node) its registrations, unwoken.
         let mut reg = self.head.load(Ordering::Relaxed);
         while !reg.is_null() && reg != CLOSED {
-            // SAFETY: (W1) the list owns its registrations until it is closed.
+            // SAFETY: (L1) the list owns its registrations until it is closed.
             let r = unsafe { Box::from_raw(reg) };
             reg = r.next;
         }
