@@ -26,14 +26,15 @@
 //! see `crate::sync::Queue`) of `Arc`s of the table's nodes, so a
 //! popped node is always valid; entries are queued only once their value is published, so an
 //! entry being built is never evicted. Removal from the table does not touch the queues: dead
-//! entries are skipped when popped, and compacted away when they outnumber the live ones.
+//! entries are skipped when popped, and compacted away, a step per admission, when they
+//! outnumber the live ones.
 //! `docs/DESIGN.md` has the measurements behind each rule.
 
 #![forbid(unsafe_code)]
 
 mod sketch;
 
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, Queue};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue};
 use sketch::Sketch;
 use std::cell::Cell;
 
@@ -59,6 +60,9 @@ const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
 /// The meta bit of an entry admitted while the cache was under half full, whose admission
 /// the sketch has not recorded yet: the policy's first visit records it with the hits.
 const UNRECORDED: u8 = 1 << 6;
+/// Queue entries one compaction step looks at (two under loom, so the models reach rounds
+/// of several steps).
+const COMPACT_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };
 /// Hits in the small queue that move an entry to the main queue without a duel.
 const PROMOTE_HITS: u8 = 2;
 
@@ -216,7 +220,9 @@ pub(crate) struct S3Fifo<T> {
     /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
     /// low 32 bits; 0 is an empty slot.
     ghost: Box<[AtomicU32]>,
-    compacting: AtomicBool,
+    /// The entries of the small, front and main queues that the compaction round under way
+    /// has still to look at (all 0 between rounds; see [`compact`](Self::compact)).
+    compact_left: [AtomicUsize; 3],
 }
 
 impl<T: Queued> S3Fifo<T> {
@@ -235,7 +241,7 @@ impl<T: Queued> S3Fifo<T> {
             small_weight: AtomicU64::new(0),
             main_weight: AtomicU64::new(0),
             ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
-            compacting: AtomicBool::new(false),
+            compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
         }
     }
 
@@ -274,9 +280,12 @@ impl<T: Queued> S3Fifo<T> {
         };
         meta.freq.store(meta_bits, Ordering::Relaxed);
         push(&self.small, &self.small_weight, entry);
-        // The compaction check runs once every 64 of this thread's admissions.
-        if tick(&ADMITS, 64) {
-            self.compact_if_needed(live());
+        // A compaction round under way takes a step at every admission; otherwise the check
+        // for one runs once every 64 of this thread's admissions.
+        if self.compacting() {
+            self.compact_step();
+        } else if tick(&ADMITS, 64) {
+            self.compact(live());
         }
     }
 
@@ -425,28 +434,49 @@ impl<T: Queued> S3Fifo<T> {
             .store(fingerprint(e.hash()), Ordering::Relaxed);
     }
 
-    /// Drops queued entries that no longer hold a value once they outnumber the live ones.
-    /// One thread at a time compacts; the others skip it (nobody waits).
-    fn compact_if_needed(&self, live: usize) {
-        let queued = self.small.len() + self.main.len() + self.front.len();
-        if queued <= 2 * live + 1024 {
+    /// Whether a compaction round is under way.
+    fn compacting(&self) -> bool {
+        // Relaxed: a hint; a step that finds nothing left to claim does nothing.
+        self.compact_left
+            .iter()
+            .any(|left| left.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Starts a compaction round once queued entries outnumber the live ones by more than
+    /// 2× + 1024: every entry queued now is looked at once, [`COMPACT_STEP`] per admission
+    /// (this one's first), and dropped if it no longer holds a value, the live ones going
+    /// back to the tail of their queue. Spread so, a round costs no admission more than a
+    /// step; one admission looking at every queued entry took 7–21 ms at 145,000 entries.
+    fn compact(&self, live: usize) {
+        let queued = [self.small.len(), self.front.len(), self.main.len()];
+        if queued.iter().sum::<usize>() <= 2 * live + 1024 {
             return;
         }
-        // Acquire/Release: the flag only elects one compactor; it guards no data.
-        if self
-            .compacting
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
+        for (left, n) in self.compact_left.iter().zip(queued) {
+            // Relaxed: a count of work to claim; a round started twice at once only looks
+            // at the entries once more.
+            let _ = left.compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed);
         }
-        for (queue, weight) in [
+        self.compact_step();
+    }
+
+    /// One step of the compaction round: claims up to [`COMPACT_STEP`] entries still to look
+    /// at, the small queue's first, and looks at that many. Steps of several threads run
+    /// side by side (each pop and push is the queue's own).
+    fn compact_step(&self) {
+        let mut budget = COMPACT_STEP;
+        for (i, (queue, weight)) in [
             (&self.small, &self.small_weight),
             (&self.front, &self.main_weight),
             (&self.main, &self.main_weight),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let claimed = claim(&self.compact_left[i], budget);
+            budget -= claimed;
             // A live entry keeps counting while it passes through (see `main_victim`).
-            for _ in 0..queue.len() {
+            for _ in 0..claimed {
                 let Some(e) = queue.pop() else { break };
                 if e.is_cached() {
                     queue.push(e);
@@ -454,9 +484,10 @@ impl<T: Queued> S3Fifo<T> {
                     uncount(weight, &e);
                 }
             }
+            if budget == 0 {
+                return;
+            }
         }
-        // Release: pairs with the Acquire of the next compactor's election.
-        self.compacting.store(false, Ordering::Release);
     }
 
     /// Checks the queues' bookkeeping; for quiet caches only (tests and fuzzing). Every
@@ -516,6 +547,23 @@ impl<T: Queued> S3Fifo<T> {
 
 #[cfg(all(test, not(runcache_loom)))]
 mod tests;
+
+/// Takes up to `most` from `left` (a count of work other threads take from too); returns
+/// what it took.
+fn claim(left: &AtomicUsize, most: usize) -> usize {
+    // Relaxed: a count of work; the queue's own operations order the entries.
+    let mut now = left.load(Ordering::Relaxed);
+    loop {
+        let take = now.min(most);
+        if take == 0 {
+            return 0;
+        }
+        match left.compare_exchange_weak(now, now - take, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return take,
+            Err(actual) => now = actual,
+        }
+    }
+}
 
 /// Takes an entry's weight off a queue's total.
 fn uncount<T: Queued>(total: &AtomicU64, e: &T) {
