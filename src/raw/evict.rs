@@ -6,8 +6,7 @@
 #![forbid(unsafe_code)]
 
 use super::counter::{Counter, StatsBlock};
-use super::node::View;
-use super::strong::NodeRef;
+use super::node::{NodeRef, View};
 use super::write::Take;
 use super::{RawCache, RemovalCause};
 use crate::policy::S3Fifo;

@@ -13,7 +13,7 @@
 //! [`table`].
 //!
 //! - **I1 (node ownership).** Every node a table points at carries its own strong count
-//!   ([`strong::NodeRef`], S1); each table holds one strong count of each node it points at
+//!   ([`node::NodeRef`], S1 in `strong.rs`); each table holds one strong count of each node it points at
 //!   (H3). Only the thread whose CAS
 //!   takes a node out of a slot releases that table's count, through the cache's epoch
 //!   collector; a retired table releases the counts it still holds when the collector
@@ -63,6 +63,7 @@ pub(crate) mod slot;
 mod strong;
 pub(crate) mod table;
 mod validate;
+mod waiters;
 mod walk;
 pub(crate) mod word;
 mod write;
@@ -76,12 +77,11 @@ use epoch::Domain;
 pub(crate) use flight::Recursion;
 pub use handle::{Handle, WeakHandle};
 pub(crate) use node::handle_of;
-use node::{Node, View};
+use node::{Node, NodeRef, View};
 use std::borrow::Borrow;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
-use strong::NodeRef;
 use table::Shard;
 
 /// The largest shard count a builder accepts.

@@ -20,10 +20,10 @@
 
 #![allow(unsafe_code)]
 
-use super::flight::Waiters;
 use super::handle::{Count, Counted, Handle};
 use super::slot::{Slot, DEAD, LOADING, READY};
-use super::strong::NodeRef;
+use super::strong::{Counts, Strong};
+use super::waiters::Waiters;
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
 use crate::sync::UnsafeCell;
@@ -118,6 +118,15 @@ pub(crate) struct Node<K, V> {
     _owns: PhantomData<V>,
 }
 
+/// A strong count of a node (S1 in `strong.rs`): the engine's `Arc<Node>`.
+pub(crate) type NodeRef<K, V> = Strong<Node<K, V>>;
+
+impl<K, V> Counts for Node<K, V> {
+    fn refs(&self) -> &AtomicUsize {
+        &self.refs
+    }
+}
+
 // A `u64 → u64` node is 64 bytes with its count: the only allocation of the entry.
 #[cfg(not(runcache_loom))]
 const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 64);
@@ -130,11 +139,6 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Send for Node<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Node<K, V> {}
 
 impl<K, V> Node<K, V> {
-    /// The node's strong count (S1), for [`NodeRef`].
-    pub(crate) fn refs(&self) -> &AtomicUsize {
-        &self.refs
-    }
-
     /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of it
     /// (S1).
     ///

@@ -1,4 +1,5 @@
-//! [`NodeRef`]: a strong count of an entry node, kept in the node itself.
+//! [`Strong`]: a strong count of an entry node (`NodeRef` in `node.rs`), kept in the node
+//! itself.
 //!
 //! An `Arc<Node>` would put two count words (strong and weak) before the node, and nothing in
 //! the engine uses a weak count. A node carries its own strong count instead (`Node::refs`),
@@ -12,14 +13,13 @@
 //! # Invariants
 //!
 //! - **S1 (the count).** A node's `refs` is the number of strong counts of it that exist:
-//!   each `NodeRef`, and each raw pointer made by [`NodeRef::into_raw`] or counted by
-//!   [`NodeRef::increment_strong_count`] and not yet given back. It is created at 1 with the
+//!   each `NodeRef` ([`Strong`]), and each raw pointer made by [`Strong::into_raw`] or
+//!   counted by [`Strong::increment_strong_count`] and not yet given back. It is created at 1 with the
 //!   node's box, and the release that takes it to 0 drops the box, once.
 
 #![allow(unsafe_code)]
 
-use super::node::Node;
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, AtomicUsize, Ordering};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
@@ -28,21 +28,28 @@ use std::ptr::NonNull;
 /// risk the count wrapping (which would free a node still in use).
 const MAX_REFS: usize = isize::MAX as usize;
 
-/// One strong count of a node (S1); dereferences to the node.
-pub(crate) struct NodeRef<K, V> {
-    ptr: NonNull<Node<K, V>>,
-    _owns: PhantomData<Node<K, V>>,
+/// What carries its own strong count: a node (`Node::refs`).
+pub(crate) trait Counts {
+    /// The strong count (S1).
+    fn refs(&self) -> &AtomicUsize;
 }
 
-// SAFETY: (S1) a `NodeRef` shares its node between threads as an `Arc<Node>` does, and the
-// node is `Send + Sync` exactly when its key and value are.
-unsafe impl<K, V> Send for NodeRef<K, V> where Node<K, V>: Send + Sync {}
-// SAFETY: (S1) as above.
-unsafe impl<K, V> Sync for NodeRef<K, V> where Node<K, V>: Send + Sync {}
+/// One strong count of a `T` that carries its own (S1); dereferences to it. Nodes use it
+/// as `NodeRef<K, V>` (`node.rs`).
+pub(crate) struct Strong<T: Counts> {
+    ptr: NonNull<T>,
+    _owns: PhantomData<T>,
+}
 
-impl<K, V> NodeRef<K, V> {
+// SAFETY: (S1) a `Strong` shares its `T` between threads as an `Arc<T>` does (a node is
+// `Send + Sync` exactly when its key and value are).
+unsafe impl<T: Counts + Send + Sync> Send for Strong<T> {}
+// SAFETY: (S1) as above.
+unsafe impl<T: Counts + Send + Sync> Sync for Strong<T> {}
+
+impl<T: Counts> Strong<T> {
     /// Moves `node` (whose count is 1) into its own allocation, as its one count.
-    pub(crate) fn new(node: Node<K, V>) -> Self {
+    pub(crate) fn new(node: T) -> Self {
         debug_assert_eq!(node.refs().load(Ordering::Relaxed), 1);
         Self {
             ptr: NonNull::from(Box::leak(Box::new(node))),
@@ -51,13 +58,13 @@ impl<K, V> NodeRef<K, V> {
     }
 
     /// The node's address.
-    pub(crate) fn as_ptr(this: &Self) -> *const Node<K, V> {
+    pub(crate) fn as_ptr(this: &Self) -> *const T {
         this.ptr.as_ptr()
     }
 
     /// Gives the count up as a raw pointer, to be taken back by [`from_raw`](Self::from_raw)
     /// or released by [`decrement_strong_count`](Self::decrement_strong_count).
-    pub(crate) fn into_raw(this: Self) -> *const Node<K, V> {
+    pub(crate) fn into_raw(this: Self) -> *const T {
         let p = this.ptr.as_ptr();
         std::mem::forget(this);
         p
@@ -69,7 +76,7 @@ impl<K, V> NodeRef<K, V> {
     /// - `p` came from [`into_raw`](Self::into_raw) or carries a count taken by
     ///   [`increment_strong_count`](Self::increment_strong_count) (S1), which the caller
     ///   gives up.
-    pub(crate) unsafe fn from_raw(p: *const Node<K, V>) -> Self {
+    pub(crate) unsafe fn from_raw(p: *const T) -> Self {
         Self {
             // SAFETY: (S1) a counted node's address is never null.
             ptr: unsafe { NonNull::new_unchecked(p.cast_mut()) },
@@ -82,7 +89,7 @@ impl<K, V> NodeRef<K, V> {
     /// # Safety
     /// - The node at `p` is alive: the caller holds a count of it, or is pinned where a
     ///   table that counts it can be read (I1, H3).
-    pub(crate) unsafe fn increment_strong_count(p: *const Node<K, V>) {
+    pub(crate) unsafe fn increment_strong_count(p: *const T) {
         // SAFETY: (S1) the caller's contract.
         let refs = unsafe { &*p }.refs();
         // Relaxed: as `Arc::clone`: the caller's own access to the node orders what it reads,
@@ -96,13 +103,13 @@ impl<K, V> NodeRef<K, V> {
     ///
     /// # Safety
     /// - The caller owns the count it releases (S1), and does not use `p` after.
-    pub(crate) unsafe fn decrement_strong_count(p: *const Node<K, V>) {
+    pub(crate) unsafe fn decrement_strong_count(p: *const T) {
         // SAFETY: (S1) the caller's contract.
         drop(unsafe { Self::from_raw(p) });
     }
 
     /// The node, if this is its only count: the allocation is freed, the node handed back.
-    pub(crate) fn into_inner(this: Self) -> Option<Node<K, V>> {
+    pub(crate) fn into_inner(this: Self) -> Option<T> {
         // Acquire: as `Arc::into_inner`, pairs with the Release of the other counts' releases,
         // so their accesses to the node happen before the caller's.
         if this
@@ -118,7 +125,7 @@ impl<K, V> NodeRef<K, V> {
     }
 }
 
-impl<K, V> Clone for NodeRef<K, V> {
+impl<T: Counts> Clone for Strong<T> {
     fn clone(&self) -> Self {
         // SAFETY: (S1) `self` is a count of the node, which keeps it alive.
         unsafe { Self::increment_strong_count(self.ptr.as_ptr()) };
@@ -129,16 +136,16 @@ impl<K, V> Clone for NodeRef<K, V> {
     }
 }
 
-impl<K, V> Deref for NodeRef<K, V> {
-    type Target = Node<K, V>;
+impl<T: Counts> Deref for Strong<T> {
+    type Target = T;
 
-    fn deref(&self) -> &Node<K, V> {
+    fn deref(&self) -> &T {
         // SAFETY: (S1) a count keeps the node alive.
         unsafe { self.ptr.as_ref() }
     }
 }
 
-impl<K, V> Drop for NodeRef<K, V> {
+impl<T: Counts> Drop for Strong<T> {
     fn drop(&mut self) {
         // Release: as `Arc`'s drop, so this count's accesses to the node happen before the
         // last release's drop of it, which acquires them (the fence below).

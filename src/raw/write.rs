@@ -7,8 +7,7 @@
 
 use super::counter::Counter;
 use super::handle::Handle;
-use super::node::{self, forward_to, handle_of, hold, value_of, Node, View};
-use super::strong::NodeRef;
+use super::node::{self, forward_to, handle_of, hold, value_of, Node, NodeRef, View};
 use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
 use crate::sync::Ordering;

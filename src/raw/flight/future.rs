@@ -18,9 +18,8 @@
 
 use super::super::counter::Counter;
 use super::super::epoch;
-use super::super::node::Node;
+use super::super::node::{Node, NodeRef};
 use super::super::slot::LOADING;
-use super::super::strong::NodeRef;
 use super::super::table::Shard;
 use super::super::{RawCache, Served};
 use super::{Flight, Step};

@@ -12,14 +12,12 @@
 #![allow(unsafe_code)]
 
 mod future;
-mod waiters;
 
 use super::counter::Counter;
 use super::epoch;
 use super::handle::Handle;
-use super::node::{handle_of, hold, Listed, Node, Outcome, View};
+use super::node::{handle_of, hold, Listed, Node, NodeRef, Outcome, View};
 use super::slot::{DEAD, READY};
-use super::strong::NodeRef;
 use super::table::Shard;
 use super::{RawCache, Served};
 use crate::sync::Ordering;
@@ -27,7 +25,6 @@ pub(crate) use future::Recursion;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
-pub(crate) use waiters::Waiters;
 
 /// What a single-flight caller does next, as [`RawCache::flight_step`] found the key.
 pub(super) enum Step<K, V> {

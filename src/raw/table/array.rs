@@ -4,8 +4,7 @@
 #![allow(unsafe_code)]
 
 use super::{CLAIMS, IN_FLIGHT, MIGRATING, MIN_SLOTS};
-use crate::raw::node::Node;
-use crate::raw::strong::NodeRef;
+use crate::raw::node::{Node, NodeRef};
 use crate::raw::word::SlotWord;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Pointable};

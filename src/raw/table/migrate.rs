@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use super::*;
-use crate::raw::strong::NodeRef;
+use crate::raw::node::NodeRef;
 
 impl<K: Eq, V> Shard<K, V> {
     /// Starts migrating `table` (the shard's root, or it waits for that), sizing the next

@@ -65,11 +65,10 @@ mod array;
 mod migrate;
 mod walk;
 
-use crate::raw::strong::NodeRef;
 use array::Table;
 
 use crate::raw::epoch::Pending;
-use crate::raw::node::Node;
+use crate::raw::node::{Node, NodeRef};
 use crate::raw::word::{hash_tag, Word, HASH_TAGS};
 use crate::sync::{AtomicUsize, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
