@@ -143,6 +143,16 @@ pub enum BuildError<K, E> {
     Recursion(RecursionError<K>),
 }
 
+impl<K> BuildError<K, std::convert::Infallible> {
+    /// The recursion error of a build that cannot fail (the only error it can have).
+    pub(crate) fn into_recursion(self) -> RecursionError<K> {
+        match self {
+            BuildError::Recursion(r) => r,
+            BuildError::Failed(e) => match *e {},
+        }
+    }
+}
+
 impl<K, E: fmt::Debug> fmt::Debug for BuildError<K, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -49,15 +49,10 @@ where
     where
         F: Future<Output = V>,
     {
-        match self
-            .raw
-            .get_or_build_async::<Infallible, _>(key, async { Ok(build.await) })
+        self.get_or_build_async::<Infallible, _>(key, async { Ok(build.await) })
             .await
-        {
-            Ok(Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. }) => Ok(v),
-            Ok(Served::Failed(e)) => match *e {},
-            Err((_, key)) => Err(RecursionError { key }),
-        }
+            .map(|f| f.value)
+            .map_err(BuildError::into_recursion)
     }
 
     /// Like [`get_or_insert_with_async`](Self::get_or_insert_with_async), for a build that
@@ -124,10 +119,10 @@ where
 
 /// The public form of what the engine's async single flight served.
 fn outcome<K, V, E>(
-    served: Result<Served<V, E>, (crate::raw::Recursion, K)>,
+    served: Result<Served<V, E>, crate::raw::Recursion<K>>,
 ) -> Result<Fetched<V>, BuildError<K, E>> {
     match served {
         Ok(served) => fetched(served).map_err(BuildError::Failed),
-        Err((_, key)) => Err(BuildError::Recursion(RecursionError { key })),
+        Err(crate::raw::Recursion(key)) => Err(BuildError::Recursion(RecursionError { key })),
     }
 }

@@ -228,10 +228,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                 async { Ok::<_, Infallible>(build.await) },
             )
             .await
-            .map_err(|e| match e {
-                BuildError::Recursion(r) => r,
-                BuildError::Failed(e) => match *e {},
-            })?;
+            .map_err(BuildError::into_recursion)?;
         Ok(self.built(owner, group, fetched, (s, g, n)))
     }
 

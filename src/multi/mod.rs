@@ -190,10 +190,7 @@ impl MultiCache {
     {
         self.try_get_or_create_async::<K, V, Infallible, _>(key, async { Ok(build.await) })
             .await
-            .map_err(|e| match e {
-                BuildError::Recursion(r) => r,
-                BuildError::Failed(e) => match *e {},
-            })
+            .map_err(BuildError::into_recursion)
     }
 
     /// The async form of [`try_get_or_create`](Self::try_get_or_create).

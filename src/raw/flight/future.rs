@@ -33,8 +33,9 @@ use std::task::{Context, Poll, Waker};
 /// The build in flight is the caller's own: a build future asked for its own key from
 /// inside its poll (or a task, for a key that a blocking builder further up its thread's
 /// stack is building).
+/// The key comes back with it.
 #[derive(Debug)]
-pub(crate) struct Recursion;
+pub(crate) struct Recursion<K>(pub(crate) K);
 
 impl<K, V, S> RawCache<K, V, S>
 where
@@ -48,7 +49,7 @@ where
         &self,
         key: K,
         build: F,
-    ) -> Result<Served<V, E>, (Recursion, K)>
+    ) -> Result<Served<V, E>, Recursion<K>>
     where
         E: Send + Sync + 'static,
         F: Future<Output = Result<V, E>>,
@@ -69,7 +70,7 @@ where
         eq: impl Fn(&K) -> bool,
         key: impl FnOnce() -> K,
         build: F,
-    ) -> Result<Served<V, E>, (Recursion, K)>
+    ) -> Result<Served<V, E>, Recursion<K>>
     where
         Q: Hash + ?Sized,
         E: Send + Sync + 'static,
@@ -91,7 +92,7 @@ where
         key: K,
         hash: u64,
         build: F,
-    ) -> Result<Served<V, E>, (Recursion, K)>
+    ) -> Result<Served<V, E>, Recursion<K>>
     where
         E: Send + Sync + 'static,
         F: Future<Output = Result<V, E>>,
@@ -119,7 +120,7 @@ where
                     let result = build.await;
                     return Ok(self.served_uncached(result, self.pin().stats));
                 }
-                Step::Recursion => return Err((Recursion, flight.into_key())),
+                Step::Recursion => return Err(Recursion(flight.take_key())),
             }
         }
     }
@@ -145,18 +146,6 @@ where
         }
         .await;
         self.conclude(attempt, result)
-    }
-}
-
-impl<K, V> Flight<K, V> {
-    /// The key back, from the caller's hand or from its node (never linked: a caller that
-    /// links its node builds).
-    fn into_key(self) -> K {
-        match (self.key, self.mine) {
-            (Some(k), _) => k,
-            (None, Some(n)) => Node::into_parts(n).0,
-            (None, None) => unreachable!("the key is either held or moved into our node"),
-        }
     }
 }
 

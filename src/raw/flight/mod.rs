@@ -192,11 +192,7 @@ where
             let Some(node) = existing else {
                 // Capacity 0: the cache is off.
                 pin.stats.bump(Counter::Miss);
-                return Step::Off(match (key.take(), mine.take()) {
-                    (Some(k), _) => k,
-                    (None, Some(n)) => Node::into_parts(n).0,
-                    (None, None) => unreachable!(),
-                });
+                return Step::Off(flight.take_key());
             };
             match node.view(&pin.guard) {
                 View::Ready {
@@ -408,6 +404,16 @@ impl<K, V> Flight<K, V> {
             key: Some(key),
             mine: None,
             counted: false,
+        }
+    }
+
+    /// The key back, from the caller's hand or from its node (never linked: a caller that
+    /// links its node builds).
+    pub(super) fn take_key(&mut self) -> K {
+        match (self.key.take(), self.mine.take()) {
+            (Some(k), _) => k,
+            (None, Some(n)) => Node::into_parts(n).0,
+            (None, None) => unreachable!("the key is either held or moved into our node"),
         }
     }
 }
