@@ -259,3 +259,35 @@ mod imp {
 
 pub(crate) use imp::*;
 pub(crate) use std::sync::atomic::Ordering;
+
+/// A pause where a preemption opens a window of a few instructions that matters (today: a
+/// migration's copy, between reading the frozen slot and landing the copy, H6), taken in the
+/// stress build (`--cfg runcache_stress`) so that the stress tests and the history checker
+/// meet those interleavings often: a yield, and once in eight calls per thread a 300 µs
+/// sleep. Elsewhere it compiles to nothing.
+#[inline(always)]
+pub(crate) fn stall() {
+    #[cfg(all(runcache_stress, not(runcache_loom)))]
+    {
+        std::thread_local! {
+            static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        }
+        let pause = STATE.with(|s| {
+            // A per-thread linear congruential sequence (every thread starts it alike).
+            let x = match s.get() {
+                0 => 0x12345,
+                x => x,
+            };
+            let x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            s.set(x);
+            (x >> 33) % 8 == 0
+        });
+        if pause {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}

@@ -198,6 +198,68 @@ fn mixed_operations(threads: usize, n: usize) {
     );
 }
 
+/// Many short rounds of three threads on three keys of a tiny cache (two shards, evicting
+/// or rejecting, every kind of write), each round ending with the cache's own check: with
+/// few keys, one key is replaced, removed and inserted again while a migration copies it,
+/// which is where a late copy (a helper that read the frozen slot before another helper
+/// moved it) once landed a dead, replaced node in the new table: a forward that no writer
+/// swung, and under `runcache_stress` (tables of four slots, a pause inside the copy) a
+/// table with no end, where lookups spun (H4, H6). `RUNCACHE_STRESS_OPS` / 16 rounds.
+#[test]
+#[ignore = "stress: run explicitly (see .ci/run)"]
+fn few_keys_under_migration_leave_valid_tables() {
+    let rounds = (ops_per_thread() / 16).max(1) as u64;
+    for round in 0..rounds {
+        let evict = round % 2 == 0;
+        let cache: Cache<u64, u64> = Cache::builder()
+            .capacity(2)
+            .shards(2)
+            .when_full(if evict {
+                runcache::WhenFull::Evict
+            } else {
+                runcache::WhenFull::Reject
+            })
+            .build()
+            .unwrap();
+        all_at_once(3, |t| {
+            let mut rng = round.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t as u64 + 1) | 1;
+            for _ in 0..200 {
+                let r = next(&mut rng);
+                let key = (r >> 8) % 3;
+                match r % 10 {
+                    0 | 1 => {
+                        if let Some(v) = cache.get(&key) {
+                            assert_eq!(*v % 3, key, "value of another key");
+                        }
+                    }
+                    2..=4 => {
+                        let _ = cache.insert(key, (r >> 16) / 3 * 3 + key);
+                    }
+                    5 | 6 => {
+                        if let Some(v) = cache.remove(&key) {
+                            assert_eq!(*v % 3, key, "value of another key");
+                        }
+                    }
+                    7 => {
+                        let v = cache.get_or_insert_with(key, || key);
+                        assert_eq!(*v % 3, key, "value of another key");
+                    }
+                    8 if r & (1 << 40) == 0 => {
+                        cache.clear();
+                    }
+                    8 => {
+                        cache.retain(|k, _| k % 2 == 0);
+                    }
+                    _ => cache.set_capacity(1 + (r >> 32) % 6),
+                }
+            }
+        });
+        if let Err(e) = cache.__validate() {
+            panic!("round {round}: {e}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "stress: run explicitly (see .ci/run)"]
 fn single_key_storms_run_one_build_per_attempt() {

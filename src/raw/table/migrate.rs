@@ -165,6 +165,7 @@ impl<K: Eq, V> Shard<K, V> {
                 // SAFETY: (H3) a node read under `guard` outlives it (H3). A replaced node is
                 // copied as its replacement.
                 let node = unsafe { s.deref() }.resolve();
+                crate::sync::stall();
                 if node.is_live(guard) {
                     copy(next, node, guard);
                 }
@@ -206,6 +207,15 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
                 // A tombstone: keep probing.
                 None if s.tag() != 0 => break,
                 None => {
+                    // A late copy (H6): another helper moved the slot first, and the key's
+                    // node has since died in `next` and been unlinked (the tombstone we
+                    // passed). Its death happened before that unlink, which we acquired, so
+                    // it shows here: a late copy never lands. (Landing would bind the key a
+                    // second time, take a slot that H4 did not count, and, for a replaced
+                    // node, leave a forward that no writer swings.)
+                    if !node.is_live(guard) {
+                        return;
+                    }
                     let p = NodeRef::into_raw(crate::raw::node::hold(node));
                     // Release: pairs with the Acquire slot loads; publishes the node's
                     // fields to readers of the new table.

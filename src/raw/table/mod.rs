@@ -54,6 +54,17 @@
 //!   words after it, so its length is rebuilt from `mask` and every index masked by it is in
 //!   bounds. It is reached under a guard only while the root or an older table leads to it,
 //!   retired only after the root moved past it, and freed once, by its last owner.
+//! - **H6 (late copies).** A helper may read a frozen slot, stall, and copy only after
+//!   another helper moved that slot and writers used its copy, by which time the key may
+//!   have been removed from `next` and its slot unlinked (`TOMB`). Such a copy must not land
+//!   (it would bind the key twice, take a slot H4 did not count, and leave a replaced node's
+//!   forward that no writer swings), so `copy` checks, at the empty slot it would claim,
+//!   that the node is still live. A late copy has passed the key's tombstone, made by a
+//!   Release CAS after the node died (only dead nodes are unlinked, H1) and read by the
+//!   probe's Acquire load, so the check sees the death and nothing lands. A copy that is not
+//!   late and whose node dies after the check lands a dead node, as it always could: the
+//!   key's next write replaces it, the next migration sheds it, and a forward in it is swung
+//!   by its replacer, which reaches `next` only once the slot moved, after this copy landed.
 //!
 //! A table is retired (through the epoch) by the thread whose CAS moves the shard's root past
 //! it, after every slot is moved. A table's migration starts only when it is the root, so
@@ -247,8 +258,20 @@ impl<K: Eq, V> Shard<K, V> {
         'tables: loop {
             let mut i = hash as usize & table.mask;
             // No probe bound: every table keeps an `EMPTY` or `SEALED` slot (H4), and the
-            // probe ends at the first one. Counting probes cost about 6% on pinned hits.
+            // probe ends at the first one. Counting probes cost about 6% on pinned hits, so
+            // only builds with debug assertions count them, to turn a broken H4 into a panic
+            // instead of a thread spinning for ever.
+            #[cfg(debug_assertions)]
+            let mut probes = 0;
             loop {
+                #[cfg(debug_assertions)]
+                {
+                    assert!(
+                        probes <= table.mask,
+                        "a lookup went round a whole table without meeting its end (H4)"
+                    );
+                    probes += 1;
+                }
                 // Acquire: pairs with the Release CAS that stored the node (claim, replace or
                 // copy), so its fields are visible.
                 let s = table.slot(i).load(Ordering::Acquire, guard);
@@ -482,12 +505,14 @@ impl<K: Eq, V> Shard<K, V> {
                 if std::ptr::eq(s.as_raw(), node) {
                     match s.tag() {
                         0 => {
-                            // Relaxed: the tombstone publishes nothing.
+                            // Release: pairs with the Acquire slot load of a migration's
+                            // copy (`copy`), which must see the node's death once it has
+                            // passed the tombstone (H6). Relaxed on failure: nothing is read.
                             if table.slots[i]
                                 .compare_exchange(
                                     s,
                                     Word::null().with_tag(TOMB),
-                                    Ordering::Relaxed,
+                                    Ordering::Release,
                                     Ordering::Relaxed,
                                     guard,
                                 )
