@@ -32,8 +32,9 @@ where
     /// its value to a forward to the new node, which makes the old value this call's alone
     /// (a remover racing it fails its own CAS and follows the forward). It reserves only what
     /// the new weight adds to the old one: the part they share passes from the old node to
-    /// the new one with that CAS (I5). The slot is then swung to the new node (`locate`
-    /// swings any forwarded slot it meets).
+    /// the new one with that CAS (I5). The slot is then swung to the new node, straight at
+    /// the position found, or, if that slot changed meanwhile, by `locate` (which swings any
+    /// forwarded slot it meets).
     pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, Refused<K, V>> {
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
@@ -86,8 +87,12 @@ where
                             // of its weight now belongs to the new node (I5, I6).
                             let old =
                                 unsafe { self.retire_value(current, cell, shared, &pin.guard) };
-                            // Swing the slot to the new node.
-                            let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
+                            // Swing the slot to the new node: straight from where the
+                            // key was found, or, if the slot changed since, by locating it
+                            // again.
+                            if !shard.swing_at(&pos, &new, &pin.guard) {
+                                let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
+                            }
                             self.notify(new.key(), &old, RemovalCause::Replaced);
                             self.admit(new);
                             let capacity = self.budget.capacity();

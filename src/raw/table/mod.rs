@@ -374,7 +374,7 @@ impl<K: Eq, V> Shard<K, V> {
                         } else {
                             if let Some(to) = n.forwarded() {
                                 // Replaced: swing the slot to the replacement, then look again.
-                                swing(table, i, s, to.resolve(), &self.pending, guard);
+                                let _ = swing(table, i, s, to.resolve(), &self.pending, guard);
                                 continue;
                             }
                             return Position {
@@ -423,6 +423,20 @@ impl<K: Eq, V> Shard<K, V> {
             }
             self.start_migration(table, guard);
         }
+    }
+
+    /// Swings the slot at `pos`, whose node `pos.found` has since been replaced, straight to
+    /// `to`, its replacement (or a later one): the replacer already holds the key's slot, so
+    /// it needs no second probe. `false` if the slot changed meanwhile (another thread swung
+    /// it, or a migration froze or moved it): the caller locates again, which swings
+    /// whatever forward it meets or moves the slot.
+    pub(crate) fn swing_at(
+        &self,
+        pos: &Position<'_, K, V>,
+        to: &Node<K, V>,
+        guard: &Guard,
+    ) -> bool {
+        pos.found.is_some() && swing(pos.table, pos.index, pos.current, to, &self.pending, guard)
     }
 
     /// Links `node` at `pos`: claims the `EMPTY` slot, or replaces the dead node there.
@@ -558,7 +572,8 @@ fn holds_key<K, V>(
 }
 
 /// Swings slot `i`, which held `current` (a replaced node), to `to`, the node that replaced
-/// it; a failed CAS means another thread swung it, or a migration froze it (and copies `to`).
+/// it; a failed CAS (`false`) means another thread swung it, or a migration froze it (and
+/// copies `to`).
 fn swing<K, V>(
     table: &Table<K, V>,
     i: usize,
@@ -566,7 +581,7 @@ fn swing<K, V>(
     to: &Node<K, V>,
     pending: &Arc<Pending>,
     guard: &Guard,
-) {
+) -> bool {
     let p = NodeRef::into_raw(super::node::hold(to));
     // Release: pairs with the Acquire slot loads (the replacement's fields were published by
     // the forward, which we acquired; this passes them on).
@@ -577,10 +592,17 @@ fn swing<K, V>(
         Ordering::Relaxed,
         guard,
     ) {
-        // SAFETY: (H3, I1) our CAS took the replaced node out of the slot, with the table's count.
-        Ok(_) => unsafe { retire(current, None, pending, guard) },
-        // SAFETY: (I1) the count we took for the slot, never shared.
-        Err(_) => drop(unsafe { NodeRef::from_raw(p) }),
+        Ok(_) => {
+            // SAFETY: (H3, I1) our CAS took the replaced node out of the slot, with the table's
+            // count.
+            unsafe { retire(current, None, pending, guard) };
+            true
+        }
+        Err(_) => {
+            // SAFETY: (I1) the count we took for the slot, never shared.
+            drop(unsafe { NodeRef::from_raw(p) });
+            false
+        }
     }
 }
 
