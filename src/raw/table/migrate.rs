@@ -189,6 +189,9 @@ fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
     let mut i = node.hash as usize & next.mask;
     for _ in 0..=next.mask {
         let slot = &next.slots[i];
+        // Acquire: pairs with the Release CAS that stored a node here (its fields are read
+        // below) and with the Release CAS of an unlink, so that past a tombstone the death
+        // of the node unlinked there is visible (H6).
         let mut s = slot.load(Ordering::Acquire, guard);
         loop {
             // SAFETY: (H3) as above.
