@@ -163,12 +163,10 @@ impl<K: Eq, V> Shard<K, V> {
                 }
             } else {
                 // SAFETY: (H3) a node read under `guard` outlives it (H3). A replaced node is
-                // copied as its replacement.
+                // copied as its replacement, if it is still live when it would land.
                 let node = unsafe { s.deref() }.resolve();
                 crate::sync::stall();
-                if node.is_live(guard) {
-                    copy(next, node, guard);
-                }
+                copy(next, node, guard);
                 s.with_tag(MOVED)
             };
             // AcqRel: Release passes the node's publication on to readers of the new tag;
@@ -182,8 +180,9 @@ impl<K: Eq, V> Shard<K, V> {
     }
 }
 
-/// Copies a frozen live node into `next` unless its key is bound there already (a helper
-/// copied it first, or it was copied and a writer changed that slot since).
+/// Copies a frozen node into `next` unless its key is bound there already (a helper copied
+/// it first, or it was copied and a writer changed that slot since) or the node is dead when
+/// it would land (a dead node is never copied; for a late copy, H6).
 fn copy<K: Eq, V>(next: &Table<K, V>, node: &Node<K, V>, guard: &Guard) {
     let tag = hash_tag(node.hash);
     let mut i = node.hash as usize & next.mask;

@@ -425,9 +425,9 @@ impl<K: Eq, V> Shard<K, V> {
         }
     }
 
-    /// Swings the slot at `pos`, whose node `pos.found` has since been replaced, straight to
-    /// `to`, its replacement (or a later one): the replacer already holds the key's slot, so
-    /// it needs no second probe. `false` if the slot changed meanwhile (another thread swung
+    /// Swings the slot at `pos`, whose node `pos.found` (never `None` here) has since been
+    /// replaced, straight to `to`, its replacement (or a later one): the replacer already
+    /// holds the key's slot, so it needs no second probe. `false` if the slot changed meanwhile (another thread swung
     /// it, or a migration froze or moved it): the caller locates again, which swings
     /// whatever forward it meets or moves the slot.
     pub(crate) fn swing_at(
@@ -436,7 +436,11 @@ impl<K: Eq, V> Shard<K, V> {
         to: &Node<K, V>,
         guard: &Guard,
     ) -> bool {
-        pos.found.is_some() && swing(pos.table, pos.index, pos.current, to, &self.pending, guard)
+        debug_assert!(
+            pos.found.is_some(),
+            "only a slot that held the key's live node is swung (an empty one is claimed)"
+        );
+        swing(pos.table, pos.index, pos.current, to, &self.pending, guard)
     }
 
     /// Links `node` at `pos`: claims the `EMPTY` slot, or replaces the dead node there.
