@@ -20,6 +20,10 @@
 //! - The main queue's victim is the first entry at frequency zero; entries above zero get
 //!   another round at frequency − 1 (CLOCK).
 //!
+//! - A cache that has never been half full queues nothing: its admissions are recorded in
+//!   the entries' meta only, and the engine enlists those entries, sweeping its tables, once
+//!   the cache is first half full (P2).
+//!
 //! One-hit wonders (scans) therefore leave through the small queue without disturbing the
 //! main one, and loops larger than the cache cannot wash out its frequent entries. The queues
 //! are `crossbeam_queue::SegQueue`s (lock-free, MPMC; a loom-visible model of one under loom,
@@ -29,12 +33,27 @@
 //! entries are skipped when popped, and compacted away, a step per admission, when they
 //! outnumber the live ones.
 //! `docs/DESIGN.md` has the measurements behind each rule.
+//!
+//! # Invariants of the queues
+//!
+//! - **P1 (one claim).** An entry is queued at most once in its life, by the one caller
+//!   whose swap turned its `queued` flag on ([`EntryMeta::claim`]): an admission of a
+//!   queueing cache or the engine's sweep, whichever comes first. A queued entry moves
+//!   between queues by pop and push and is never queued beside itself, so every queue entry
+//!   is claimed and no entry is counted twice in the queues' totals.
+//! - **P2 (queueing).** Admissions join the queues once the policy is *queueing*, a switch
+//!   the first admission of a warm cache (at least half full) turns on for good. Entries
+//!   admitted before, or by a thread that read the switch late, stay unclaimed until the
+//!   engine enlists them: it sweeps its tables a step per admission once the switch is on,
+//!   and sweeps them whole when the queues give no victim while entries are cached (see
+//!   `raw/evict.rs`). So every cached entry is either claimed and queued, or unclaimed and
+//!   reached by the sweep; eviction never misses an entry for good.
 
 #![forbid(unsafe_code)]
 
 mod sketch;
 
-use crate::sync::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue};
 use sketch::Sketch;
 use std::cell::Cell;
 
@@ -89,13 +108,31 @@ pub(crate) struct EntryMeta {
     /// visited the entry (0..=`MAX_HITS`), which the visit adds to the sketch; bit 6:
     /// [`UNRECORDED`].
     freq: AtomicU8,
+    /// Whether the entry was ever queued (**P1**): set once, by the one caller whose swap
+    /// turns it on, which then queues the entry. A byte of its own: `touch` writes `freq`
+    /// with a plain store, which could lose a bit set beside it.
+    queued: AtomicBool,
 }
 
 impl EntryMeta {
     pub(crate) fn new() -> Self {
         Self {
             freq: AtomicU8::new(0),
+            queued: AtomicBool::new(false),
         }
+    }
+
+    /// Claims the right to queue the entry: `true` for the first caller only (**P1**).
+    pub(crate) fn claim(&self) -> bool {
+        // Relaxed: only the swap's atomicity matters (one claimer); the queue's own push
+        // publishes the entry to whoever pops it.
+        !self.queued.swap(true, Ordering::Relaxed)
+    }
+
+    /// Whether the entry was ever queued (for `validate`).
+    pub(crate) fn is_claimed(&self) -> bool {
+        // Relaxed: read in a quiet cache.
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Records a hit: raises the frequency and the hit count unless both are at their
@@ -223,6 +260,8 @@ pub(crate) struct S3Fifo<T> {
     /// The entries of the small, front and main queues that the compaction round under way
     /// has still to look at (all 0 between rounds; see [`compact`](Self::compact)).
     compact_left: [AtomicUsize; 3],
+    /// Whether admissions join the queues (**P2**): off until the cache is first half full.
+    queueing: AtomicBool,
 }
 
 impl<T: Queued> S3Fifo<T> {
@@ -242,6 +281,7 @@ impl<T: Queued> S3Fifo<T> {
             main_weight: AtomicU64::new(0),
             ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
             compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
+            queueing: AtomicBool::new(false),
         }
     }
 
@@ -253,8 +293,10 @@ impl<T: Queued> S3Fifo<T> {
         &self.ghost[i as usize]
     }
 
-    /// Queues an entry whose value was just published. `warm`: the cache is at least half
-    /// full.
+    /// Records the admission of an entry whose value was just published, and says whether it
+    /// joins the queues now: `true` hands the caller the entry's claim (**P1**), and the
+    /// caller passes the entry to [`enqueue`](Self::enqueue). `warm`: the cache is at least
+    /// half full.
     ///
     /// A cache under half full evicts nothing soon, so its admissions skip the sketch and
     /// the ghost (up to five cache misses in tables sized for the whole capacity): the entry
@@ -262,23 +304,42 @@ impl<T: Queued> S3Fifo<T> {
     /// far, records the admission in the sketch with the entry's hits. Before the first
     /// eviction the ghost is empty anyway. Recording nothing instead, as Caffeine's sketch
     /// does before half full, cost P3 at 5% about 0.3 points (`docs/DESIGN.md`).
-    pub(crate) fn admit(&self, entry: T, warm: bool, live: impl FnOnce() -> usize) {
-        let meta = entry.meta();
+    ///
+    /// Nor are such entries queued, until the first admission of a warm cache turns
+    /// [`queueing`](Self::queueing) on for good (**P2**): a cache that never fills half its
+    /// capacity pays nothing for an eviction order it never uses (no push, no count of the
+    /// node, no compaction of removed entries). The engine enlists the entries admitted
+    /// before (see [`enlist`](Self::enlist)).
+    pub(crate) fn admit(&self, meta: &EntryMeta, hash: u64, warm: bool) -> bool {
         let meta_bits = if warm {
             // The miss that led here counts as an access.
-            self.sketch.add(entry.hash(), 1);
+            self.sketch.add(hash, 1);
             // The ghost is direct-mapped and lossy: a collision only costs a misplaced entry.
             // A remembered entry starts with frequency 1, so it leaves the small queue for
             // the main one like an entry that was hit (through the duel when the main queue
             // is full), but it has no hits of its own to skip the duel with.
             // Relaxed: hints.
-            let remembered =
-                self.ghost_slot(entry.hash()).load(Ordering::Relaxed) == fingerprint(entry.hash());
+            let remembered = self.ghost_slot(hash).load(Ordering::Relaxed) == fingerprint(hash);
             u8::from(remembered)
         } else {
             UNRECORDED
         };
+        // Relaxed: see `touch`.
         meta.freq.store(meta_bits, Ordering::Relaxed);
+        if !self.queueing() {
+            if !warm {
+                return false;
+            }
+            // Relaxed: a switch that only ever turns on; whoever reads it late queues
+            // nothing, and the engine's sweep or its fallback enlists the entry (P2).
+            self.queueing.store(true, Ordering::Relaxed);
+        }
+        meta.claim()
+    }
+
+    /// Queues an entry that [`admit`](Self::admit) said joins the queues, and takes a step of
+    /// the compaction of removed entries when one is due.
+    pub(crate) fn enqueue(&self, entry: T, live: impl FnOnce() -> usize) {
         push(&self.small, &self.small_weight, entry);
         // A compaction round under way takes a step at every admission; otherwise the check
         // for one runs once every 64 of this thread's admissions.
@@ -287,6 +348,25 @@ impl<T: Queued> S3Fifo<T> {
         } else if tick(&ADMITS, 64) {
             self.compact(live());
         }
+    }
+
+    /// Whether admissions join the queues: once the cache has been at least half full (**P2**).
+    pub(crate) fn queueing(&self) -> bool {
+        // Relaxed: see `admit`.
+        self.queueing.load(Ordering::Relaxed)
+    }
+
+    /// Queues a cached entry that was admitted while the cache was cold, unless it is queued
+    /// already (**P1**): the engine's sweep of its tables (P2). It joins the small queue as it
+    /// was admitted, `UNRECORDED`, its hits since counted in its meta.
+    /// `entry` makes the count the queue holds, once the claim is won. Returns whether the
+    /// entry was queued here.
+    pub(crate) fn enlist(&self, meta: &EntryMeta, entry: impl FnOnce() -> T) -> bool {
+        if !meta.claim() {
+            return false;
+        }
+        push(&self.small, &self.small_weight, entry());
+        true
     }
 
     /// Pops the main queue's next victim: the first live entry at frequency zero, giving the
@@ -506,6 +586,7 @@ impl<T: Queued> S3Fifo<T> {
         ] {
             let mut sum = 0u64;
             let mut twice = None;
+            let mut unclaimed = None;
             for queue in queues {
                 let mut entries = Vec::with_capacity(queue.len());
                 while let Some(e) = queue.pop() {
@@ -515,6 +596,9 @@ impl<T: Queued> S3Fifo<T> {
                     sum += e.weight();
                     if !seen.insert(e.id()) {
                         twice = Some(e.hash());
+                    }
+                    if !e.meta().is_claimed() {
+                        unclaimed = Some(e.hash());
                     }
                     if e.is_cached() {
                         live.push(e.id());
@@ -526,6 +610,11 @@ impl<T: Queued> S3Fifo<T> {
             }
             if let Some(hash) = twice {
                 return Err(format!("the entry with hash {hash:#x} is queued twice"));
+            }
+            if let Some(hash) = unclaimed {
+                return Err(format!(
+                    "the entry with hash {hash:#x} is queued without its claim (P1)"
+                ));
             }
             // Relaxed: the cache is quiet.
             let recorded = total.load(Ordering::Relaxed);

@@ -43,14 +43,22 @@ fn entry(hash: u64) -> Arc<Entry> {
     })
 }
 
+/// Admits `e` as the engine does: records the admission, and queues the entry if the policy
+/// says it joins the queues; `live` is the cache's entry count the compaction check sees.
+fn admit(p: &S3Fifo<Arc<Entry>>, e: Arc<Entry>, warm: bool, live: usize) {
+    if p.admit(&e.meta, e.hash, warm) {
+        p.enqueue(e, || live);
+    }
+}
+
 #[test]
 fn one_hit_wonders_leave_first_and_hit_entries_are_promoted() {
     let p = S3Fifo::new(64);
     let hot = entry(1);
-    p.admit(hot.clone(), true, || 1);
+    admit(&p, hot.clone(), true, 1);
     hot.meta.touch();
     for h in 2..10 {
-        p.admit(entry(h), true, || 1);
+        admit(&p, entry(h), true, 1);
     }
     // Capacity 10: the small queue is "heavy", so victims come from it, in FIFO order,
     // skipping (and promoting, the main queue having room) the entry that was hit.
@@ -60,23 +68,23 @@ fn one_hit_wonders_leave_first_and_hit_entries_are_promoted() {
     // The evicted hash is in the ghost: re-admitted, it starts at frequency 1, so it will
     // leave the small queue like an entry that was hit, but with no hits of its own.
     let back = entry(2);
-    p.admit(back.clone(), true, || 1);
+    admit(&p, back.clone(), true, 1);
     assert_eq!((back.meta.freq(), back.meta.take_hits().0), (1, 0));
     // (A real hash differs from 2's in its high bits, which the ghost keeps.)
     let fresh = entry(100 << 32 | 100);
-    p.admit(fresh.clone(), true, || 1);
+    admit(&p, fresh.clone(), true, 1);
     assert_eq!(fresh.meta.freq(), 0);
 }
 
 #[test]
 fn a_cache_under_half_full_defers_the_sketch_to_the_first_visit_and_skips_the_ghost() {
     let p = S3Fifo::new(64);
-    p.admit(entry(7), true, || 1);
+    admit(&p, entry(7), true, 1);
     let first = p.victim(1).unwrap();
     assert_eq!(first.hash, 7, "evicted, so the ghost remembers 7");
     assert_eq!(p.sketch.estimate(7), 1);
     let cold = entry(7);
-    p.admit(cold.clone(), false, || 1);
+    admit(&p, cold.clone(), false, 1);
     assert_eq!(cold.meta.freq(), 0, "the ghost is not consulted while cold");
     assert_eq!(p.sketch.estimate(7), 1, "the sketch is not fed while cold");
     cold.meta.touch();
@@ -99,7 +107,7 @@ fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<E
         push(&p.main, &p.main_weight, e);
     }
     for h in small {
-        p.admit(entry(h), true, || 1);
+        admit(&p, entry(h), true, 1);
     }
     p
 }
@@ -154,7 +162,7 @@ fn a_leaver_never_hit_is_evicted_without_a_duel() {
 fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
     let p = full(0..7, 100..101);
     let e = entry(101);
-    p.admit(e.clone(), true, || 1);
+    admit(&p, e.clone(), true, 1);
     e.meta.touch();
     e.meta.touch();
     p.sketch.add(0, 10);
@@ -170,7 +178,7 @@ fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
 fn frequency_saturates_and_main_queue_gives_second_chances() {
     let p = S3Fifo::new(64);
     let e = entry(7);
-    p.admit(e.clone(), true, || 1);
+    admit(&p, e.clone(), true, 1);
     for _ in 0..10 {
         e.meta.touch();
     }
@@ -199,7 +207,7 @@ fn dead_entries_are_skipped_and_compacted() {
         e.cached.store(false, Ordering::Relaxed);
     }
     for e in &entries {
-        p.admit(e.clone(), true, || 0);
+        admit(&p, e.clone(), true, 0);
     }
     assert!(
         p.queued() < 3000,
@@ -217,7 +225,7 @@ fn a_compaction_round_is_spread_over_admissions() {
     for i in 0..5000 {
         let e = entry(i);
         e.cached.store(false, Ordering::Relaxed);
-        p.admit(e, true, || 0);
+        admit(&p, e, true, 0);
         let now = p.queued();
         // Each admission pushes one entry; whatever else left was dropped by its step.
         let gone = (before + 1).saturating_sub(now);
@@ -230,4 +238,38 @@ fn a_compaction_round_is_spread_over_admissions() {
         most <= COMPACT_STEP,
         "no admission looked at more than a step: {most}"
     );
+}
+
+#[test]
+fn a_cold_cache_queues_nothing_until_it_is_first_warm_and_the_sweep_enlists_once() {
+    let p = S3Fifo::new(64);
+    let cold = entry(1);
+    admit(&p, cold.clone(), false, 1);
+    assert_eq!(p.queued(), 0, "a cold admission is not queued");
+    assert!(!p.queueing());
+    assert!(p.victim(10).is_none(), "nothing queued, nothing to evict");
+    assert!(
+        p.enlist(&cold.meta, || cold.clone()),
+        "the sweep enlists it"
+    );
+    assert!(
+        !p.enlist(&cold.meta, || cold.clone()),
+        "a second sweep does not queue it twice (P1)"
+    );
+    assert_eq!(p.queued(), 1);
+    let warm = entry(2);
+    admit(&p, warm.clone(), true, 2);
+    assert!(p.queueing(), "the first warm admission turns queueing on");
+    assert!(
+        !p.enlist(&warm.meta, || warm.clone()),
+        "an admitted entry is claimed"
+    );
+    let later = entry(3);
+    admit(&p, later, false, 3);
+    assert_eq!(
+        p.queued(),
+        3,
+        "once queueing, cold admissions are queued too (P2)"
+    );
+    assert!(p.validate().is_ok());
 }

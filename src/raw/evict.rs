@@ -6,11 +6,58 @@
 #![forbid(unsafe_code)]
 
 use super::counter::{Counter, StatsBlock};
-use super::node::{NodeRef, View};
+use super::node::{hold, Node, NodeRef, View};
 use super::write::Take;
 use super::{RawCache, RemovalCause};
 use crate::policy::S3Fifo;
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
+
+/// Slots one step of the policy's sweep looks at (see `RawCache::sweep_step`).
+const SWEEP_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };
+
+/// The progress of the sweep that enlists the entries a cold cache admitted (P2).
+pub(super) struct Sweep {
+    /// Steps handed out: step `n` covers shard `n % shards`, slots from `n / shards` steps in.
+    next: AtomicUsize,
+    /// Every shard's root table was swept past its end.
+    done: AtomicBool,
+}
+
+impl Sweep {
+    pub(super) fn new() -> Self {
+        Self {
+            next: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
+        }
+    }
+
+    fn claim(&self) -> usize {
+        // Relaxed: a count of work; the slots' own loads order what is read.
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn done(&self) -> bool {
+        // Relaxed: a hint; a late reader only takes a step that finds nothing.
+        self.done.load(Ordering::Relaxed)
+    }
+
+    fn finish(&self) {
+        // Relaxed: as in `done`.
+        self.done.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Enlists `node`'s entry in the policy's queues if it holds a cached value and was never
+/// queued (P1); whether it was queued here.
+fn enlist<K, V>(policy: &S3Fifo<NodeRef<K, V>>, node: &Node<K, V>, guard: &Guard) -> bool {
+    match node.view(guard) {
+        // The node that holds the value: this one, or its replacement.
+        View::Ready { node, .. } => policy.enlist(&node.meta, || hold(node)),
+        View::Loading | View::Dead => false,
+    }
+}
 
 impl<K, V, S> RawCache<K, V, S>
 where
@@ -59,6 +106,10 @@ where
     /// Evicts the policy's next victim, keeping up to `keep` of its weight reserved for the
     /// caller (the rest is released); returns the weight kept, or `None` when nothing is left
     /// to evict (every entry is being built, say).
+    ///
+    /// When the queues give no victim, the cached entries that were never queued (admitted
+    /// while the cache was cold, and not reached by the sweep yet, P2) are enlisted by a
+    /// sweep of every table, and the queues asked once more.
     pub(super) fn evict_one(
         &self,
         policy: &S3Fifo<NodeRef<K, V>>,
@@ -66,23 +117,83 @@ where
         keep: u64,
     ) -> Option<u64> {
         let pin = self.pin();
-        while let Some(node) = policy.victim(capacity) {
-            let shard = self.shard(node.hash);
-            let kept = keep.min(node.weight());
-            let how = Take::node(RemovalCause::Capacity).keeping(kept);
-            if let Some((weight, _)) = self.take_if(&node, shard, &pin.guard, how, |_| true) {
-                self.retired(&pin, weight, capacity);
-                return Some(kept);
+        let mut swept = false;
+        loop {
+            while let Some(node) = policy.victim(capacity) {
+                let shard = self.shard(node.hash);
+                let kept = keep.min(node.weight());
+                let how = Take::node(RemovalCause::Capacity).keeping(kept);
+                if let Some((weight, _)) = self.take_if(&node, shard, &pin.guard, how, |_| true) {
+                    self.retired(&pin, weight, capacity);
+                    return Some(kept);
+                }
+            }
+            if swept {
+                return None;
+            }
+            swept = true;
+            let mut enlisted = false;
+            for shard in self.shards.iter() {
+                shard.for_each(&pin.guard, |n| {
+                    enlisted |= enlist(policy, n, &pin.guard);
+                    true
+                });
+            }
+            if !enlisted {
+                return None;
             }
         }
-        None
     }
 
     /// Hands a node whose value was just published to the policy.
-    pub(super) fn admit(&self, node: NodeRef<K, V>) {
-        if let Some(policy) = &self.policy {
-            let (size, capacity) = self.budget.snapshot();
-            policy.admit(node, size >= capacity / 2, || self.len());
+    pub(super) fn admit(&self, node: &Node<K, V>) {
+        if let Some(policy) = self.admission(node) {
+            self.enqueue(policy, hold(node));
+        }
+    }
+
+    /// [`admit`](Self::admit), with a count of the node that the queue may keep.
+    pub(super) fn admit_owned(&self, node: NodeRef<K, V>) {
+        if let Some(policy) = self.admission(&node) {
+            self.enqueue(policy, node);
+        }
+    }
+
+    /// Records a node's admission; the policy if the node is to be queued (P2).
+    fn admission(&self, node: &Node<K, V>) -> Option<&S3Fifo<NodeRef<K, V>>> {
+        let policy = self.policy.as_ref()?;
+        let (size, capacity) = self.budget.snapshot();
+        policy
+            .admit(&node.meta, node.hash, size >= capacity / 2)
+            .then_some(policy)
+    }
+
+    /// Queues an admitted node, and while the sweep that enlists the entries admitted cold
+    /// is under way, takes a step of it.
+    fn enqueue(&self, policy: &S3Fifo<NodeRef<K, V>>, node: NodeRef<K, V>) {
+        policy.enqueue(node, || self.len());
+        if !self.sweep.done() {
+            self.sweep_step(policy);
+        }
+    }
+
+    /// One step of the sweep that enlists the entries a cold cache admitted without queueing
+    /// them (P2): [`SWEEP_STEP`] slots of one shard's root table, the shards taken in turn,
+    /// so that the sweep is over before the cache can fill (a half-full cache has at least
+    /// two slots per entry it can still admit before it is full, and each admission sweeps
+    /// sixteen times that). Entries the sweep misses (a table migrating under it, an
+    /// admission that read the switch late) are enlisted by the fallback in
+    /// [`evict_one`](Self::evict_one).
+    fn sweep_step(&self, policy: &S3Fifo<NodeRef<K, V>>) {
+        let n = self.sweep.claim();
+        let shards = self.shards.len();
+        let start = (n / shards).saturating_mul(SWEEP_STEP);
+        let pin = self.pin();
+        let within = self.shards[n % shards].visit(start, SWEEP_STEP, &pin.guard, |node| {
+            enlist(policy, node, &pin.guard);
+        });
+        if !within && self.shards.iter().all(|s| s.slots(&pin.guard) <= start) {
+            self.sweep.finish();
         }
     }
 

@@ -181,6 +181,8 @@ pub(crate) struct RawCache<K, V, S> {
     budget: Budget,
     /// The eviction policy; `None` when the cache rejects entries that do not fit.
     policy: Option<S3Fifo<NodeRef<K, V>>>,
+    /// The policy's sweep of the tables once the cache is first half full (P2).
+    sweep: evict::Sweep,
     // Declared last: dropped after the shards, so this thread's handle goes last (I7).
     domain: Domain,
 }
@@ -233,6 +235,7 @@ where
             listener,
             budget: Budget::new(capacity),
             policy: evict.then(|| S3Fifo::new(policy_entries as usize)),
+            sweep: evict::Sweep::new(),
             domain,
         }
     }

@@ -20,11 +20,12 @@ where
     ///   table's claim count is exact (I2, H1–H4); no node is still loading (I4);
     /// - no two cached nodes hold the same key, and each shard's live count is exact;
     /// - the budget's size is the sum of the cached weights and within the capacity (I5);
-    /// - with eviction: the queues' totals are exact, no entry is queued twice, and the
-    ///   cached entries are exactly the queued entries that hold a value.
+    /// - with eviction: the queues' totals are exact, no entry is queued twice or without
+    ///   its claim, and the cached entries claimed for the queues are exactly the queued
+    ///   entries that hold a value (P1; the others wait for the sweep, P2).
     pub(crate) fn validate(&self) -> Result<(), String> {
         let pin = self.pin();
-        let mut cached = std::collections::HashSet::new();
+        let mut claimed = std::collections::HashSet::new();
         let mut keys = std::collections::HashSet::new();
         let mut weight = 0u64;
         let mut problem = None;
@@ -38,7 +39,11 @@ where
                     View::Ready { node, .. } => {
                         live += 1;
                         weight += node.acquired_weight();
-                        cached.insert(node as *const Node<K, V> as usize);
+                        // Only claimed entries are queued (P1); the others wait for the
+                        // policy's sweep (P2).
+                        if node.meta.is_claimed() {
+                            claimed.insert(node as *const Node<K, V> as usize);
+                        }
                         if !keys.insert(node.key()) {
                             problem = Some(format!("shard {i}: a key is cached twice"));
                         }
@@ -72,12 +77,12 @@ where
         }
         if let Some(policy) = &self.policy {
             let queued: std::collections::HashSet<usize> = policy.validate()?.into_iter().collect();
-            if queued != cached {
-                let unqueued = cached.difference(&queued).count();
-                let stale = queued.difference(&cached).count();
+            if queued != claimed {
+                let unqueued = claimed.difference(&queued).count();
+                let stale = queued.difference(&claimed).count();
                 return Err(format!(
-                    "{unqueued} cached entries are in no queue; {stale} queued entries that \
-                     hold a value are not in the table"
+                    "{unqueued} cached entries claimed for the queues are in none (P1); \
+                     {stale} queued entries that hold a value are not in the table"
                 ));
             }
         }

@@ -57,7 +57,7 @@ where
                 if shard.link(&pos, node, &pin.guard) {
                     // SAFETY: (I1) linked, so the table holds a count and the node is alive; the
                     // policy's queue takes one more (I1).
-                    self.admit(unsafe { hold(&*node) });
+                    self.admit(unsafe { &*node });
                     return Ok(None);
                 }
                 shard.live.fetch_sub(1, Ordering::Relaxed);
@@ -94,7 +94,7 @@ where
                                 let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
                             }
                             self.notify(new.key(), &old, RemovalCause::Replaced);
-                            self.admit(new);
+                            self.admit_owned(new);
                             let capacity = self.budget.capacity();
                             self.retired(&pin, current.acquired_weight(), capacity);
                             return Ok(Some(old));

@@ -325,7 +325,7 @@ where
                     let (value, listed) = node.publish(v, weight);
                     node.slot.finish(READY);
                     self.close(listed);
-                    self.admit(hold(node));
+                    self.admit(node);
                     attempt.done = true;
                     return Served::Built {
                         value,

@@ -50,6 +50,33 @@ impl<K: Eq, V> Shard<K, V> {
         }
     }
 
+    /// Calls `f` on the node of every slot of the root table in `start..start + len` (fewer
+    /// at the table's end), whatever the slot's tag; a table that migrates meanwhile may hand
+    /// some nodes over twice and others not at all. For the policy's sweep (`raw/evict.rs`),
+    /// which needs each entry at least once in the end, not exactly once now, and must not
+    /// finish a migration on an admission's path. `false` once `start` is past the root's
+    /// end.
+    pub(crate) fn visit<'g>(
+        &'g self,
+        start: usize,
+        len: usize,
+        guard: &'g Guard,
+        mut f: impl FnMut(&'g Node<K, V>),
+    ) -> bool {
+        let table = self.root(guard);
+        if start >= table.len() {
+            return false;
+        }
+        for slot in &table.slots[start..(start + len).min(table.len())] {
+            let s = slot.load(Ordering::Acquire, guard);
+            // SAFETY: (H3) as in `find`.
+            if let Some(n) = unsafe { s.as_ref() } {
+                f(n);
+            }
+        }
+        true
+    }
+
     /// The shard's nodes for a walk that sees each entry once (`Pinned::iter`,
     /// `Cache::retain`, `clear`, ranked shrinks): every node pointer in the slots of the
     /// root, whatever their tags.
