@@ -1,8 +1,10 @@
 //! Eviction: S3-FIFO over lock-free queues, with TinyLFU's admission duel.
 //!
-//! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries (10% of the capacity,
-//! and at least 256 entries or a third of a smaller cache), a main FIFO for entries that
-//! proved themselves, and a ghost record of evicted hashes.
+//! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO for
+//! entries that proved themselves, and a ghost record of evicted hashes. The small queue's
+//! share of the capacity adapts to the workload: a hill climber on the cache's hit rate moves
+//! it between 1% and 80%, starting at 10% (`climb.rs`, **P3**), as Caffeine sizes its
+//! window.
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
 //! is full, whether a newcomer deserves the place of the main queue's victim.
 //!
@@ -12,8 +14,10 @@
 //!   of them is below its maximum. Nothing shared is written on a hit: the hit count reaches
 //!   the sketch when the policy next looks at the entry, off the hot path.
 //! - An entry leaving the small queue at frequency zero (never hit there, not remembered by
-//!   the ghost) is evicted (S3-FIFO). Otherwise, while the main queue has room, it moves
-//!   there. With the main queue full, an entry hit twice in the small queue still moves there;
+//!   the ghost) is evicted (S3-FIFO), unless the main queue has room and the sketch has seen
+//!   the key before this miss: then it fills the room (a loop larger than the cache keeps a
+//!   part of itself instead of nothing). Any other leaver moves to the main queue while it
+//!   has room. With the main queue full, an entry hit twice in the small queue still moves there;
 //!   any other one must win a *duel*: it replaces the main queue's victim only if the sketch
 //!   estimates it more frequent, and a tie keeps the incumbent, which keeps the head of the
 //!   main queue (the `front` queue) for the next duel.
@@ -48,12 +52,19 @@
 //!   and sweeps them whole when the queues give no victim while entries are cached (see
 //!   `raw/evict.rs`). So every cached entry is either claimed and queued, or unclaimed and
 //!   reached by the sweep; eviction never misses an entry for good.
+//! - **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
+//!   evictor at a time moves: the thread whose compare-and-swap moves the sampling period's
+//!   start closes the period and writes the new share and step; the others go on with the
+//!   share they read (`climb.rs`). The share stays within its bounds whatever the counts
+//!   read, so a stale or torn view only sizes a decision by the previous period.
 
 #![forbid(unsafe_code)]
 
+mod climb;
 mod sketch;
 
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue};
+use climb::Climber;
 use sketch::Sketch;
 use std::cell::Cell;
 
@@ -61,19 +72,6 @@ use std::cell::Cell;
 const MAX_FREQ: u8 = 3;
 /// The most hits an entry counts between two visits of the policy (4 bits).
 const MAX_HITS: u8 = 15;
-/// The small queue's share of the capacity: one part in `WINDOW`...
-const WINDOW: u64 = 10;
-/// ...but at least `WINDOW_FLOOR` (entries, in a cache without a weigher), or a third of
-/// the capacity where that is less: a tenth of a small cache holds too few entries to catch
-/// the re-references a few hundred accesses apart that small caches live on.
-const WINDOW_FLOOR: u64 = 256;
-
-/// The small queue's part of `capacity`.
-fn window(capacity: u64) -> u64 {
-    (capacity / WINDOW)
-        .max((capacity / 3).min(WINDOW_FLOOR))
-        .max(1)
-}
 /// The meta byte of an entry whose frequency and hit count are both at their maxima.
 const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
 /// The meta bit of an entry admitted while the cache was under half full, whose admission
@@ -179,6 +177,11 @@ crate::sync::local_key! {
     static ADMITS: Cell<u32> = Cell::new(0);
 }
 
+crate::sync::local_key! {
+    /// The calling thread's evictions, modulo the climber's pace (see `S3Fifo::adapt_due`).
+    static EVICTS: Cell<u32> = Cell::new(0);
+}
+
 /// Counts one event on the calling thread's `counter`; `true` once every `every` events.
 /// Pacing per thread keeps a shared counter's read-modify-write off every miss; a thread that
 /// cannot read its counter (during teardown) always says `true`, which only checks sooner.
@@ -262,6 +265,8 @@ pub(crate) struct S3Fifo<T> {
     compact_left: [AtomicUsize; 3],
     /// Whether admissions join the queues (**P2**): off until the cache is first half full.
     queueing: AtomicBool,
+    /// The small queue's share of the capacity, adapted to the hit rate (**P3**).
+    climber: Climber,
 }
 
 impl<T: Queued> S3Fifo<T> {
@@ -282,6 +287,7 @@ impl<T: Queued> S3Fifo<T> {
             ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
             compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
             queueing: AtomicBool::new(false),
+            climber: Climber::new(entries as u64),
         }
     }
 
@@ -350,6 +356,19 @@ impl<T: Queued> S3Fifo<T> {
         }
     }
 
+    /// Hands the climber the cache's lookups so far (`accesses`, `hits` of them hits); at the
+    /// end of a sampling period it moves the small queue's share (**P3**, `climb.rs`). The
+    /// engine calls it now and then from the eviction path, never on a hit.
+    pub(crate) fn adapt(&self, hits: u64, accesses: u64) {
+        self.climber.observe(hits, accesses);
+    }
+
+    /// Whether this eviction should hand the climber the counts: once every 16 of the calling
+    /// thread's evictions, so that summing the per-thread statistics stays off most of them.
+    pub(crate) fn adapt_due(&self) -> bool {
+        tick(&EVICTS, 16)
+    }
+
     /// Whether admissions join the queues: once the cache has been at least half full (**P2**).
     pub(crate) fn queueing(&self) -> bool {
         // Relaxed: see `admit`.
@@ -415,7 +434,7 @@ impl<T: Queued> S3Fifo<T> {
     /// it first; then it asks again).
     pub(crate) fn victim(&self, capacity: u64) -> Option<T> {
         let limit = PassLimit::new(self);
-        let window = window(capacity);
+        let window = self.climber.window(capacity);
         let mut steps = 0;
         while limit.allows(steps) {
             steps += 1;
@@ -468,12 +487,13 @@ impl<T: Queued> S3Fifo<T> {
     fn leave_small(&self, c: T, main_capacity: u64, limit: &PassLimit<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
         self.sketch.add(c.hash(), accesses);
-        if c.meta().freq() == 0 {
-            return Some(self.evict_small(c));
-        }
         // Relaxed: a queue-size hint.
         let main = self.main_weight.load(Ordering::Relaxed);
-        if main + c.weight() <= main_capacity || hits >= PROMOTE_HITS {
+        let room = main + c.weight() <= main_capacity;
+        if c.meta().freq() == 0 && (!room || self.sketch.estimate(c.hash()) < 2) {
+            return Some(self.evict_small(c));
+        }
+        if room || hits >= PROMOTE_HITS {
             self.move_to_main(c);
             return None;
         }

@@ -114,11 +114,11 @@ fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<E
 
 #[test]
 fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
-    // Seven main entries fill the main queue's share of capacity 10 (the window is a
-    // third of so small a capacity: 3).
-    assert_eq!(window(10), 3);
-    let p = full(0..7, 100..102);
-    assert_eq!(p.main.len(), 7);
+    // Nine main entries fill the main queue's share of capacity 10 (the small queue starts
+    // at the least share, one entry here).
+    let p = full(0..9, 100..102);
+    assert_eq!(p.climber.window(10), 1);
+    assert_eq!(p.main.len(), 9);
     // Both leavers were hit once, so they may duel (popped and pushed back in order).
     for _ in 0..2 {
         let e = p.small.pop().unwrap();
@@ -141,26 +141,26 @@ fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
         v.hash, 0,
         "the more frequent leaver displaces the main victim"
     );
-    assert_eq!((p.front.len(), p.main.len()), (0, 7));
+    assert_eq!((p.front.len(), p.main.len()), (0, 9));
 }
 
 #[test]
 fn a_leaver_never_hit_is_evicted_without_a_duel() {
-    let p = full(0..7, 100..101);
+    let p = full(0..9, 100..101);
     // Entry 100 was never hit and the ghost does not know it; however often the sketch
     // has seen its hash, it does not take a main entry's place.
     p.sketch.add(100, 10);
     assert_eq!(p.victim(10).unwrap().hash, 100);
     assert_eq!(
         (p.front.len(), p.main.len()),
-        (0, 7),
+        (0, 9),
         "the main queue is untouched"
     );
 }
 
 #[test]
 fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
-    let p = full(0..7, 100..101);
+    let p = full(0..9, 100..101);
     let e = entry(101);
     admit(&p, e.clone(), true, 1);
     e.meta.touch();
@@ -171,7 +171,7 @@ fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
     // for it.
     assert_eq!(p.victim(10).unwrap().hash, 100);
     assert_eq!(p.victim(10).unwrap().hash, 0);
-    assert!(p.main.len() + p.front.len() == 7);
+    assert!(p.main.len() + p.front.len() == 9);
 }
 
 #[test]
@@ -187,16 +187,6 @@ fn frequency_saturates_and_main_queue_gives_second_chances() {
     let v = p.victim(1).unwrap();
     assert_eq!(v.hash, 7);
     assert!(p.victim(1).is_none());
-}
-
-#[test]
-fn the_window_is_a_tenth_of_large_caches_and_at_least_a_floor_in_small_ones() {
-    assert_eq!(window(100_000), 10_000);
-    assert_eq!(window(2_560), 256, "where a tenth meets the floor");
-    assert_eq!(window(600), 200, "a third, under the floor");
-    assert_eq!(window(1_000), 256);
-    assert_eq!(window(3), 1);
-    assert_eq!(window(u64::MAX), u64::MAX / 10);
 }
 
 #[test]
@@ -270,6 +260,33 @@ fn a_cold_cache_queues_nothing_until_it_is_first_warm_and_the_sweep_enlists_once
         p.queued(),
         3,
         "once queueing, cold admissions are queued too (P2)"
+    );
+    assert!(p.validate().is_ok());
+}
+
+#[test]
+fn a_leaver_never_hit_fills_room_in_the_main_queue_only_if_seen_before() {
+    let p = S3Fifo::new(64);
+    let (seen, unseen) = (entry(1), entry(2));
+    admit(&p, seen.clone(), true, 2);
+    admit(&p, unseen.clone(), true, 2);
+    // One more access of key 1 before this one (a loop's previous round, say).
+    p.sketch.add(1, 1);
+    // Capacity 10, an empty main queue: room for both; only the key seen before takes it.
+    assert_eq!(
+        p.victim(10).unwrap().hash,
+        2,
+        "the key never seen before leaves"
+    );
+    assert_eq!(
+        (p.small.len(), p.main.len()),
+        (0, 1),
+        "key 1 moved to the main queue"
+    );
+    assert_eq!(
+        seen.meta.freq(),
+        0,
+        "without a hit: first in line for the main queue's victim"
     );
     assert!(p.validate().is_ok());
 }

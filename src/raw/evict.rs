@@ -117,6 +117,10 @@ where
         keep: u64,
     ) -> Option<u64> {
         let pin = self.pin();
+        if policy.adapt_due() {
+            let hits = self.stat(Counter::Hit);
+            policy.adapt(hits, hits.wrapping_add(self.stat(Counter::Miss)));
+        }
         let mut swept = false;
         loop {
             while let Some(node) = policy.victim(capacity) {

@@ -9,6 +9,11 @@
 //!                       that is set and they are present, else a synthetic trace
 //!   --zipf K:S:N        a synthetic Zipf trace: N accesses over K keys with exponent S
 //!   --scan-mix K:S:N    the same, with a one-pass scan of K/2 fresh keys every N/10 accesses
+//!   --matrix            the workload matrix: the real traces (as above, when present) and
+//!                       synthetic workloads that each favour another policy (Zipf 0.6, 0.9
+//!                       and 1.2, a loop larger than the cache, a scan in a Zipf stream, a
+//!                       hot set that shifts halfway), with runcache's margin to the best
+//!                       peer on every row and a summary
 //!   --fractions F,..    capacities as fractions of the unique keys (default
 //!                       0.001,0.0025,0.005,0.01,0.025,0.05,0.1)
 //!   --capacities C,..   capacities in entries (instead of --fractions)
@@ -108,6 +113,38 @@ fn scan_mix(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
         trace.push(k);
     }
     Ok(trace)
+}
+
+/// `len` accesses cycling through `keys` keys in order: LRU's worst case once the cache is
+/// smaller than the loop (every access misses), where keeping any fixed part of the loop hits.
+fn loop_trace(keys: u64, len: usize) -> Trace {
+    (0..keys).cycle().take(len).collect()
+}
+
+/// Zipf accesses whose hot set moves halfway: the second half draws from `keys` other keys,
+/// so what was frequent stops being used and recency must win.
+fn shifting(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
+    let mut trace = zipf(keys, s, len / 2, seed)?;
+    trace.extend(
+        zipf(keys, s, len - len / 2, seed + 1)?
+            .into_iter()
+            .map(|k| k + keys),
+    );
+    Ok(trace)
+}
+
+/// The synthetic rows of the workload matrix (`--matrix`): each favours another policy.
+fn matrix_workloads() -> Result<Vec<(String, Trace)>, String> {
+    const KEYS: u64 = 100_000;
+    const LEN: usize = 1_000_000;
+    Ok(vec![
+        ("zipf-0.6".into(), zipf(KEYS, 0.6, LEN, 1)?),
+        ("zipf-0.9".into(), zipf(KEYS, 0.9, LEN, 2)?),
+        ("zipf-1.2".into(), zipf(KEYS, 1.2, LEN, 3)?),
+        ("loop".into(), loop_trace(KEYS / 2, LEN)),
+        ("scan-mix".into(), scan_mix(KEYS, 0.9, LEN, 4)?),
+        ("shift".into(), shifting(KEYS, 0.9, LEN, 5)?),
+    ])
 }
 
 fn unique(trace: &[u64]) -> usize {
@@ -276,6 +313,8 @@ struct Options {
     capacities: Vec<usize>,
     threads: Vec<usize>,
     svg_dir: PathBuf,
+    /// Print each row's margin to the best peer and a summary (`--matrix`).
+    margins: bool,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, value: &str) -> Result<Vec<T>, String> {
@@ -310,7 +349,9 @@ fn parse_args() -> Result<Option<Options>, String> {
         capacities: Vec::new(),
         threads: vec![1],
         svg_dir: PathBuf::from("target/trace"),
+        margins: false,
     };
+    let mut matrix = false;
     let mut limit = usize::MAX;
     let mut files = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -323,7 +364,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                     include_str!("trace.rs")
                         .lines()
                         .skip(3)
-                        .take(18)
+                        .take(23)
                         .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
                         .collect::<Vec<_>>()
                         .join("\n")
@@ -342,6 +383,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                 opts.traces
                     .push((format!("scanmix-{k}-{s}-{n}"), scan_mix(k, s, n, 1)?));
             }
+            "--matrix" => matrix = true,
             "--fractions" => opts.fractions = list("--fractions", &value("--fractions")?)?,
             "--capacities" => opts.capacities = list("--capacities", &value("--capacities")?)?,
             "--threads" => {
@@ -360,7 +402,10 @@ fn parse_args() -> Result<Option<Options>, String> {
             file => files.push(PathBuf::from(file)),
         }
     }
-    if files.is_empty() && opts.traces.is_empty() {
+    if matrix && !opts.traces.is_empty() {
+        return Err("--matrix replays its own workloads; drop --zipf and --scan-mix".into());
+    }
+    if files.is_empty() && (opts.traces.is_empty() || matrix) {
         match std::env::var_os("RUNCACHE_TRACE_DIR") {
             Some(dir) => {
                 for name in ["OLTP.lis.zst", "P3.lis.zst"] {
@@ -377,7 +422,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                  folder holding the ARC traces OLTP.lis.zst and P3.lis.zst)"
             ),
         }
-        if files.is_empty() {
+        if files.is_empty() && !matrix {
             println!("notice: no real traces found; replaying a synthetic scan-mixed Zipf trace");
             opts.traces.push((
                 "scanmix-100000-0.9-1000000".into(),
@@ -390,6 +435,10 @@ fn parse_args() -> Result<Option<Options>, String> {
             .file_name()
             .map_or_else(|| "trace".into(), |n| n.to_string_lossy().into_owned());
         opts.traces.push((name, load(&file)?));
+    }
+    if matrix {
+        opts.traces.extend(matrix_workloads()?);
+        opts.margins = true;
     }
     for (_, t) in &mut opts.traces {
         t.truncate(limit);
@@ -416,6 +465,7 @@ fn main() -> ExitCode {
         std::env::consts::ARCH,
         env!("CARGO_PKG_VERSION")
     );
+    let mut margins = Vec::new();
     for (name, trace) in &opts.traces {
         let uniq = unique(trace);
         println!("\n{name}: {} accesses, {uniq} unique keys", trace.len());
@@ -448,12 +498,108 @@ fn main() -> ExitCode {
             rows.push((cap, row));
         }
         print_table(trace.len(), uniq, &rows);
+        if opts.margins {
+            margins.extend(print_margins(name, trace.len(), &rows, &opts.threads));
+        }
         match write_svg(&opts.svg_dir, name, trace.len(), &rows) {
             Ok(path) => println!("plot: {}", path.display()),
             Err(e) => eprintln!("trace: could not write the plot: {e}"),
         }
     }
+    if opts.margins {
+        print_summary(&margins, &opts.threads);
+    }
     ExitCode::SUCCESS
+}
+
+/// One row of the matrix at one thread count: runcache's margin to the best peer, in points.
+struct Margin {
+    workload: String,
+    capacity: usize,
+    threads: usize,
+    /// runcache − max(moka, quick_cache).
+    margin: f64,
+    /// runcache − LRU.
+    over_lru: f64,
+}
+
+impl Margin {
+    /// The issue's rule for every row: within 0.5 points of the best peer, and not below LRU.
+    fn holds(&self) -> bool {
+        self.margin >= -0.5 && self.over_lru >= 0.0
+    }
+}
+
+/// Prints runcache's margin to the best peer and to LRU on each row, per thread count.
+fn print_margins(
+    name: &str,
+    accesses: usize,
+    rows: &[(usize, Row)],
+    threads: &[usize],
+) -> Vec<Margin> {
+    let pct = |hits: u64| 100.0 * hits as f64 / accesses.max(1) as f64;
+    let mut out = Vec::new();
+    for (cap, row) in rows {
+        let get = |col: &str| row.iter().find(|(c, _)| c == col).map_or(0, |(_, h)| *h);
+        let lru = pct(get("lru"));
+        let mut line = format!("{cap:>10}  margin to the best peer (to LRU):");
+        for &t in threads {
+            let tag = |p: &str| {
+                if threads.len() > 1 {
+                    format!("{p}@{t}")
+                } else {
+                    p.to_string()
+                }
+            };
+            let ours = pct(get(&tag("runcache")));
+            let best = pct(get(&tag("moka")).max(get(&tag("quick_cache"))));
+            let m = Margin {
+                workload: name.to_string(),
+                capacity: *cap,
+                threads: t,
+                margin: ours - best,
+                over_lru: ours - lru,
+            };
+            let _ = write!(
+                line,
+                "  {t} thread(s) {:+.3} ({:+.3}){}",
+                m.margin,
+                m.over_lru,
+                if m.holds() { "" } else { " MISSED" }
+            );
+            out.push(m);
+        }
+        println!("{line}");
+    }
+    out
+}
+
+/// The matrix's summary: rows that hold the rule, the mean margin, the worst rows.
+fn print_summary(margins: &[Margin], threads: &[usize]) {
+    println!(
+        "
+summary (rule: runcache >= max(moka, quick_cache) - 0.5 points and >= LRU):"
+    );
+    for &t in threads {
+        let rows: Vec<&Margin> = margins.iter().filter(|m| m.threads == t).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let held = rows.iter().filter(|m| m.holds()).count();
+        let mean = rows.iter().map(|m| m.margin).sum::<f64>() / rows.len() as f64;
+        println!(
+            "  {t} thread(s): {held} of {} rows hold; mean margin to the best peer {mean:+.3} points",
+            rows.len()
+        );
+        let mut worst: Vec<&&Margin> = rows.iter().filter(|m| !m.holds()).collect();
+        worst.sort_by(|a, b| a.margin.total_cmp(&b.margin));
+        for m in worst {
+            println!(
+                "    missed: {} at {}: {:+.3} to the best peer, {:+.3} to LRU",
+                m.workload, m.capacity, m.margin, m.over_lru
+            );
+        }
+    }
 }
 
 fn print_table(accesses: usize, uniq: usize, rows: &[(usize, Row)]) {
@@ -591,6 +737,23 @@ mod tests {
             let (ours, lru) = (runcache(&trace, cap, 1), lru(&trace, cap));
             assert!(ours >= lru, "capacity {cap}: runcache {ours} < LRU {lru}");
         }
+    }
+
+    #[test]
+    fn the_matrix_loop_cycles_and_the_shift_moves_its_hot_set_halfway() {
+        assert_eq!(loop_trace(3, 7), vec![0, 1, 2, 0, 1, 2, 0]);
+        let t = shifting(100, 0.9, 1_001, 5).unwrap();
+        assert_eq!(t.len(), 1_001);
+        assert!(
+            t[..500].iter().all(|&k| k <= 100),
+            "first half: the first keys"
+        );
+        assert!(t[500..].iter().all(|&k| k > 100), "second half: other keys");
+        // A cache of the loop's length less one hits nothing under LRU, something under
+        // Bélády.
+        let l = loop_trace(10, 1_000);
+        assert_eq!(lru(&l, 9), 0);
+        assert!(belady(&l, 9) > 0);
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! The eviction policy through the public API, under inputs that stress its adaptive state:
+//! zero and near-capacity weights in one cache, a capacity of 1, and capacity changes while
+//! the small queue's share adapts. Each run goes long enough (many sampling periods of the
+//! policy's climber) for the share to move, and checks the cache's invariants throughout.
+
+use runcache::Cache;
+
+/// A deterministic stream of keys: a hot set, a cold tail and a few scans (xorshift).
+fn stream(len: usize, keys: u64, seed: u64) -> impl Iterator<Item = u64> {
+    let mut x = seed | 1;
+    (0..len).map(move |i| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        match i % 1000 {
+            // A scan of fresh keys every thousand accesses.
+            0..=49 => 1_000_000 + i as u64,
+            _ if x % 4 == 0 => x % keys,
+            _ => x % (keys / 20).max(1),
+        }
+    })
+}
+
+/// Looks every key up and inserts it on a miss with `weight(key)`; checks the budget.
+fn replay(cache: &Cache<u64, u64>, keys: impl Iterator<Item = u64>) -> (u64, u64) {
+    let (mut hits, mut misses) = (0, 0);
+    for k in keys {
+        if cache.get(&k).is_some() {
+            hits += 1;
+        } else {
+            misses += 1;
+            let _ = cache.insert(k, k);
+        }
+        let (size, cap) = cache.weighted_size_and_capacity();
+        assert!(size <= cap, "size {size} above capacity {cap}");
+    }
+    (hits, misses)
+}
+
+#[test]
+fn weights_of_zero_and_near_the_capacity_share_a_cache_while_it_adapts() {
+    const CAPACITY: u64 = 1_000;
+    // Key % 7 == 0 weighs nothing, % 7 == 1 nearly the whole capacity, the rest 1.
+    let cache: Cache<u64, u64> = Cache::builder()
+        .capacity(CAPACITY)
+        .weigher(|k, _| match k % 7 {
+            0 => 0,
+            1 => CAPACITY - 1,
+            _ => 1,
+        })
+        .build()
+        .unwrap();
+    let (hits, misses) = replay(&cache, stream(400_000, 20_000, 7));
+    assert!(hits > 0 && misses > 0);
+    cache.__validate().expect("exact accounting and queues");
+    assert!(
+        cache.stats().evictions > 0,
+        "the cache evicted while adapting"
+    );
+}
+
+#[test]
+fn a_capacity_of_one_adapts_without_overflow() {
+    let cache: Cache<u64, u64> = Cache::builder().capacity(1).build().unwrap();
+    let (hits, _) = replay(&cache, stream(300_000, 50, 3));
+    assert!(hits > 0, "a one-entry cache still hits its hottest key");
+    assert!(cache.len() <= 1);
+    cache.__validate().expect("exact accounting and queues");
+}
+
+#[test]
+fn capacity_changes_while_the_share_adapts_keep_the_budget() {
+    let cache: Cache<u64, u64> = Cache::builder().capacity(2_000).build().unwrap();
+    let capacities = [2_000u64, 300, 0, 1, 5_000, 50, 2_000];
+    for (round, cap) in capacities.into_iter().enumerate() {
+        cache.set_capacity(cap);
+        assert_eq!(cache.weighted_size_and_capacity().1, cap);
+        replay(&cache, stream(150_000, 10_000, round as u64 + 11));
+        assert!(cache.weighted_size() <= cap);
+        cache.__validate().expect("exact accounting and queues");
+    }
+}
+
+#[test]
+fn threads_replaying_one_stream_keep_the_invariants_while_the_share_adapts() {
+    let cache: Cache<u64, u64> = Cache::builder().capacity(500).build().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let cache = &cache;
+            s.spawn(move || {
+                replay(cache, stream(100_000, 10_000, t + 21));
+            });
+        }
+    });
+    cache.__validate().expect("exact accounting and queues");
+    assert!(cache.len() <= 500);
+}
