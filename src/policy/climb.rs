@@ -2,7 +2,7 @@
 //! hit rate, as Caffeine sizes its window (Einziger, Eytan, Friedman and Manes, "Adaptive
 //! Software Cache Management", Middleware 2018).
 //!
-//! The cache's hit rate is sampled over periods of [`Climber::sample`] accesses (ten per
+//! The cache's hit rate is sampled over periods of [`Climber::sample`] accesses (four per
 //! expected entry, at least [`MIN_SAMPLE`]). At the end of each period the share moves by the
 //! step: on in the same direction when the hit rate rose (or held), back the other way when it
 //! fell. The step starts at [`STEP`] of the capacity, shrinks by [`DECAY`] every period, and
@@ -55,8 +55,6 @@ pub(super) struct Climber {
     start: AtomicU64,
     /// The cache's hits when the current period began.
     start_hits: AtomicU64,
-    /// Accesses per period.
-    sample: u64,
     /// The entries the cache is expected to hold (an entry's weight is `capacity / entries`).
     entries: u64,
 }
@@ -70,7 +68,6 @@ impl Climber {
             rate: AtomicU64::new(f64::NAN.to_bits()),
             start: AtomicU64::new(NOT_BEGUN),
             start_hits: AtomicU64::new(0),
-            sample: entries.saturating_mul(4).max(MIN_SAMPLE),
             entries,
         }
     }
@@ -94,10 +91,9 @@ impl Climber {
         self.share.load(Ordering::Relaxed)
     }
 
-    /// Accesses per period.
-    #[cfg(test)]
+    /// Accesses per period: four per expected entry, at least [`MIN_SAMPLE`].
     pub(super) fn sample(&self) -> u64 {
-        self.sample
+        self.entries.saturating_mul(4).max(MIN_SAMPLE)
     }
 
     /// Closes the period if `accesses` (the cache's lookups so far, `hits` of them hits) ends
@@ -109,20 +105,11 @@ impl Climber {
         // are hints written by the claimer, and a reader of a stale one adjusts by one period
         // less precisely.
         let start = self.start.load(Ordering::Relaxed);
-        if start == NOT_BEGUN {
-            // The first call begins the first period: the accesses before it (the cache
-            // filling, when any share hits more as it fills) would read as a gain.
-            if self
-                .start
-                .compare_exchange(start, accesses, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                self.start_hits.store(hits, Ordering::Relaxed);
-            }
-            return false;
-        }
+        // The first call only begins the first period: the accesses before it (the cache
+        // filling, when any share hits more as it fills) would read as a gain.
+        let begun = start != NOT_BEGUN;
         let seen = accesses.saturating_sub(start);
-        if seen < self.sample
+        if (begun && seen < self.sample())
             || self
                 .start
                 .compare_exchange(start, accesses, Ordering::Relaxed, Ordering::Relaxed)
@@ -131,6 +118,9 @@ impl Climber {
             return false;
         }
         let start_hits = self.start_hits.swap(hits, Ordering::Relaxed);
+        if !begun {
+            return false;
+        }
         let rate = (hits.saturating_sub(start_hits) as f64 / seen as f64).clamp(0.0, 1.0);
         let last = f64::from_bits(self.rate.swap(rate.to_bits(), Ordering::Relaxed));
         if last.is_nan() {
@@ -158,9 +148,9 @@ impl Climber {
         };
         self.step.store(next as u64, Ordering::Relaxed);
         let share = i64::from(self.share.load(Ordering::Relaxed)) + amount;
-        let share = share.clamp(i64::from(MIN_SHARE), i64::from(MAX_SHARE));
-        self.share
-            .store(u32::try_from(share).unwrap_or(MIN_SHARE), Ordering::Relaxed);
+        // In bounds, so the cast keeps the value.
+        let share = share.clamp(i64::from(MIN_SHARE), i64::from(MAX_SHARE)) as u32;
+        self.share.store(share, Ordering::Relaxed);
         true
     }
 }

@@ -23,7 +23,6 @@
 //!   main queue (the `front` queue) for the next duel.
 //! - The main queue's victim is the first entry at frequency zero; entries above zero get
 //!   another round at frequency − 1 (CLOCK).
-//!
 //! - A cache that has never been half full queues nothing: its admissions are recorded in
 //!   the entries' meta only, and the engine enlists those entries, sweeping its tables, once
 //!   the cache is first half full (P2).
@@ -377,9 +376,8 @@ impl<T: Queued> S3Fifo<T> {
 
     /// Queues a cached entry that was admitted while the cache was cold, unless it is queued
     /// already (**P1**): the engine's sweep of its tables (P2). It joins the small queue as it
-    /// was admitted, `UNRECORDED`, its hits since counted in its meta.
-    /// `entry` makes the count the queue holds, once the claim is won. Returns whether the
-    /// entry was queued here.
+    /// was admitted, `UNRECORDED`, its hits since counted in its meta; `entry` makes the
+    /// count the queue holds, only once the claim is won. Returns whether it was queued here.
     pub(crate) fn enlist(&self, meta: &EntryMeta, entry: impl FnOnce() -> T) -> bool {
         if !meta.claim() {
             return false;

@@ -136,13 +136,13 @@ where
                 return None;
             }
             swept = true;
-            let mut enlisted = false;
-            for shard in self.shards.iter() {
-                shard.for_each(&pin.guard, |n| {
-                    enlisted |= enlist(policy, n, &pin.guard);
-                    true
-                });
-            }
+            // `walk` finishes a migration in flight first, so every cached entry is in the
+            // table it walks; `|` (not `||`) so that the sweep goes on past the first.
+            let enlisted = self
+                .shards
+                .iter()
+                .flat_map(|shard| shard.walk(&pin.guard))
+                .fold(false, |any, n| enlist(policy, n, &pin.guard) | any);
             if !enlisted {
                 return None;
             }

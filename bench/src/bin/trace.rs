@@ -484,13 +484,7 @@ fn main() -> ExitCode {
                 ("lru".into(), lru(trace, cap)),
             ];
             for &t in &opts.threads {
-                let tag = |p: &str| {
-                    if opts.threads.len() > 1 {
-                        format!("{p}@{t}")
-                    } else {
-                        p.into()
-                    }
-                };
+                let tag = |p| column(p, t, &opts.threads);
                 row.push((tag("runcache"), runcache(trace, cap, t)));
                 row.push((tag("moka"), moka(trace, cap, t)));
                 row.push((tag("quick_cache"), quick_cache(trace, cap, t)));
@@ -510,6 +504,15 @@ fn main() -> ExitCode {
         print_summary(&margins, &opts.threads);
     }
     ExitCode::SUCCESS
+}
+
+/// The column of policy `p` at `t` threads: its name alone when one thread count runs.
+fn column(p: &str, t: usize, threads: &[usize]) -> String {
+    if threads.len() > 1 {
+        format!("{p}@{t}")
+    } else {
+        p.to_string()
+    }
 }
 
 /// One row of the matrix at one thread count: runcache's margin to the best peer, in points.
@@ -544,13 +547,7 @@ fn print_margins(
         let lru = pct(get("lru"));
         let mut line = format!("{cap:>10}  margin to the best peer (to LRU):");
         for &t in threads {
-            let tag = |p: &str| {
-                if threads.len() > 1 {
-                    format!("{p}@{t}")
-                } else {
-                    p.to_string()
-                }
-            };
+            let tag = |p| column(p, t, threads);
             let ours = pct(get(&tag("runcache")));
             let best = pct(get(&tag("moka")).max(get(&tag("quick_cache"))));
             let m = Margin {
