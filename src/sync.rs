@@ -13,6 +13,9 @@
 //!   and a pool's contents.
 //! * Thread-locals (the per-thread epoch handles) are loom's under the cfg, so each modelled
 //!   thread registers with the cache's collector as a real thread would.
+//! * [`SetOnce`] publishes a value once (the eviction policy's sketch and ghost) through a
+//!   flag loom sees; the value sits in a `std::sync::OnceLock` that only the one claimer
+//!   sets, so nobody ever waits on it.
 //! * [`AtomicPair`] packs the weighted size and the capacity into one 128-bit word so that the
 //!   check `size + weight <= capacity` and the update happen in one compare-and-swap. On x86_64
 //!   this is `cmpxchg16b` (detected at run time by `portable-atomic`); under loom it is a loom
@@ -259,6 +262,56 @@ mod imp {
 
 pub(crate) use imp::*;
 pub(crate) use std::sync::atomic::Ordering;
+
+/// A value published once, by one thread, and read without waiting by every other: a
+/// `std::sync::OnceLock` that only the caller holding the claim sets (so its `set` never
+/// meets another initializer and never blocks), behind a flag loom can see, so the models
+/// check the happens-before edge from the write of the value to its readers. Before the
+/// value is published, readers see `None` and go on without it; nobody waits for the
+/// claimer.
+pub(crate) struct SetOnce<T> {
+    claimed: AtomicBool,
+    ready: AtomicBool,
+    value: std::sync::OnceLock<T>,
+}
+
+impl<T> SetOnce<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            claimed: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            value: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether the calling thread is the one that publishes: `true` for exactly one call.
+    pub(crate) fn claim(&self) -> bool {
+        // Relaxed: the swap's atomicity alone elects the publisher; the value's visibility
+        // is `ready`'s business.
+        !self.claimed.swap(true, Ordering::Relaxed)
+    }
+
+    /// Publishes `value`. Only the caller whose [`claim`](Self::claim) said `true` may call
+    /// it (a second call would keep the first value and drop `value`).
+    pub(crate) fn publish(&self, value: T) {
+        if self.value.set(value).is_ok() {
+            // Release: pairs with the Acquire in `get`, so a reader that sees the flag sees
+            // the value's contents.
+            self.ready.store(true, Ordering::Release);
+        }
+    }
+
+    /// The value, once published.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<&T> {
+        // Acquire: pairs with the Release in `publish`.
+        if self.ready.load(Ordering::Acquire) {
+            self.value.get()
+        } else {
+            None
+        }
+    }
+}
 
 /// A pause where a preemption opens a window of a few instructions that matters (today: a
 /// migration's copy, between reading the frozen slot and landing the copy, H6), taken in the

@@ -5,13 +5,22 @@
 
 use runcache::Cache;
 
-/// A deterministic stream of keys: a hot set, a cold tail and a few scans (xorshift).
-fn stream(len: usize, keys: u64, seed: u64) -> impl Iterator<Item = u64> {
+/// A deterministic xorshift sequence.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
     let mut x = seed | 1;
-    (0..len).map(move |i| {
+    move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
+        x
+    }
+}
+
+/// A deterministic stream of keys: a hot set, a cold tail and a few scans.
+fn stream(len: usize, keys: u64, seed: u64) -> impl Iterator<Item = u64> {
+    let mut next = xorshift(seed);
+    (0..len).map(move |i| {
+        let x = next();
         match i % 1000 {
             // A scan of fresh keys every thousand accesses.
             0..=49 => 1_000_000 + i as u64,
@@ -94,4 +103,40 @@ fn threads_replaying_one_stream_keep_the_invariants_while_the_share_adapts() {
     });
     cache.__validate().expect("exact accounting and queues");
     assert!(cache.len() <= 500);
+}
+
+/// `len` keys from 0..`keys` drawn with a power law (density ∝ k^-0.75, about Zipf 0.75:
+/// a frequency-heavy stream).
+fn power_law(len: usize, keys: u64, seed: u64) -> impl Iterator<Item = u64> {
+    let mut next = xorshift(seed);
+    (0..len).map(move |_| {
+        let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
+        (u.powi(4) * keys as f64) as u64
+    })
+}
+
+#[test]
+fn a_weighted_cache_sizes_its_sketch_for_what_it_holds_not_for_a_wrong_hint() {
+    // The frequency sketch and the ghost are sized before the cache's first eviction, for the
+    // entries its capacity holds at the mean weight of those cached then (P4). A hint that
+    // says entries weigh 64 when they weigh 1 guessed 512 entries; sized by the guess, the
+    // sketch forgot the stream's frequent keys and the hit ratio fell behind.
+    const CAPACITY: u64 = 32_768;
+    let by_count: Cache<u64, u64> = Cache::builder().capacity(CAPACITY).build().unwrap();
+    let hinted: Cache<u64, u64> = Cache::builder()
+        .capacity(CAPACITY)
+        .weigher(|_, _| 1)
+        .expected_entry_weight(64)
+        .build()
+        .unwrap();
+    let ratio = |cache: &Cache<u64, u64>| {
+        let (hits, misses) = replay(cache, power_law(20 * CAPACITY as usize, 10 * CAPACITY, 3));
+        cache.__validate().expect("exact accounting and queues");
+        100.0 * hits as f64 / (hits + misses) as f64
+    };
+    let (count, weighted) = (ratio(&by_count), ratio(&hinted));
+    assert!(
+        weighted >= count - 0.5,
+        "weighted with a wrong hint: {weighted:.2}% of hits, by count: {count:.2}%"
+    );
 }

@@ -18,11 +18,12 @@ pub enum WhenFull {
     /// default). An entry heavier than the whole capacity is still refused: it never flushes
     /// the cache.
     ///
-    /// The policy's frequency sketch and ghost are allocated when the cache is built: 28 to
-    /// 44 bytes per entry of capacity (16 to 32 of sketch, whose length is a power of two,
-    /// and 12 of ghost), for at most 2^20 entries (28 MiB); with a weigher, for
-    /// `capacity / expected_entry_weight` entries if that is set, else for 2^14 (448 KiB),
-    /// since the capacity then counts weight, not entries.
+    /// The policy's frequency sketch and ghost are allocated just before the cache's first
+    /// eviction, so a cache that never fills allocates neither: 28 to 44 bytes per entry
+    /// the capacity holds at the mean weight of the entries cached then (16 to 32 of sketch,
+    /// whose length is a power of two, and 12 of ghost), for at most 2^24 entries (448 to
+    /// 704 MiB). A weighted cache is thus sized for the entries it really holds, whatever
+    /// `expected_entry_weight` guessed.
     #[default]
     Evict,
     /// Refuse the new entry and keep the cached ones (constant tensor caches work this way).
@@ -66,8 +67,8 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// step by step. Without a weigher every entry weighs 1 and the table is presized for the
     /// capacity anyway (unless it is unbounded); without this setting a weighted cache starts
     /// small and grows. Presizing allocates 16 bytes per expected entry when the cache is
-    /// built, and sizes an evicting cache's policy for as many entries (see
-    /// [`WhenFull::Evict`]); `build` refuses 0 with [`ConfigError::EntryWeight`].
+    /// built (the policy sizes itself later, see [`WhenFull::Evict`]); `build` refuses 0
+    /// with [`ConfigError::EntryWeight`].
     pub fn expected_entry_weight(mut self, weight: u64) -> Self {
         self.entry_weight = Some(weight);
         self

@@ -55,8 +55,9 @@ pub(super) struct Climber {
     start: AtomicU64,
     /// The cache's hits when the current period began.
     start_hits: AtomicU64,
-    /// The entries the cache is expected to hold (an entry's weight is `capacity / entries`).
-    entries: u64,
+    /// The entries the cache is expected to hold (an entry's weight is `capacity / entries`):
+    /// the builder's guess, then what the cache held when it was first half full (**P4**).
+    entries: AtomicU64,
 }
 
 impl Climber {
@@ -68,8 +69,20 @@ impl Climber {
             rate: AtomicU64::new(f64::NAN.to_bits()),
             start: AtomicU64::new(NOT_BEGUN),
             start_hits: AtomicU64::new(0),
-            entries,
+            entries: AtomicU64::new(entries),
         }
+    }
+
+    /// The entries the cache is expected to hold.
+    pub(super) fn entries(&self) -> u64 {
+        // Relaxed: a sizing hint, written once (`resize`).
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Sizes the floor of the window and the sampling period for `entries` entries (**P4**).
+    pub(super) fn resize(&self, entries: u64) {
+        // Relaxed: see `entries`.
+        self.entries.store(entries, Ordering::Relaxed);
     }
 
     /// The small queue's part of `capacity` now: the share's, but at least [`FLOOR_ENTRIES`]
@@ -79,7 +92,7 @@ impl Climber {
         let share = u128::from(self.share.load(Ordering::Relaxed));
         let window = (u128::from(capacity) * share) >> 16;
         let floor = (u128::from(FLOOR_ENTRIES) * u128::from(capacity)
-            / u128::from(self.entries.max(1)))
+            / u128::from(self.entries().max(1)))
         .min(u128::from(capacity / 4)) as u64;
         (window as u64).max(floor).clamp(1.min(capacity), capacity)
     }
@@ -93,7 +106,7 @@ impl Climber {
 
     /// Accesses per period: four per expected entry, at least [`MIN_SAMPLE`].
     pub(super) fn sample(&self) -> u64 {
-        self.entries.saturating_mul(4).max(MIN_SAMPLE)
+        self.entries().saturating_mul(4).max(MIN_SAMPLE)
     }
 
     /// Closes the period if `accesses` (the cache's lookups so far, `hits` of them hits) ends

@@ -26,6 +26,8 @@
 //! - A cache that has never been half full queues nothing: its admissions are recorded in
 //!   the entries' meta only, and the engine enlists those entries, sweeping its tables, once
 //!   the cache is first half full (P2).
+//! - The sketch and the ghost are allocated just before the first eviction, sized for the
+//!   entries the capacity holds at the mean weight of the entries cached then (P4).
 //!
 //! One-hit wonders (scans) therefore leave through the small queue without disturbing the
 //! main one, and loops larger than the cache cannot wash out its frequent entries. The queues
@@ -56,13 +58,24 @@
 //!   start closes the period and writes the new share and step; the others go on with the
 //!   share they read (`climb.rs`). The share stays within its bounds whatever the counts
 //!   read, so a stale or torn view only sizes a decision by the previous period.
+//! - **P4 (sized once, late).** The sketch and the ghost are published once, by the one
+//!   evictor that claims their sizing ([`S3Fifo::prepare`], a `SetOnce`): it allocates them
+//!   for the entries the cache holds at its first eviction, and no other thread waits for
+//!   it. Until they are published the policy runs without them: an admission is marked
+//!   `UNRECORDED` (its first visit records it, as for a cold one), the ghost remembers
+//!   nothing, and a duel's newcomer estimates 0, so the incumbent stays. Sized by what the
+//!   cache holds, not by a guess, a weighted cache's sketch fits its entries (a guess of 512
+//!   entries for 32,768 cost 4 points of hits, `tests/policy.rs`), and a cache that never
+//!   fills allocates neither.
 
 #![forbid(unsafe_code)]
 
 mod climb;
 mod sketch;
 
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue};
+use crate::sync::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue, SetOnce,
+};
 use climb::Climber;
 use sketch::Sketch;
 use std::cell::Cell;
@@ -246,6 +259,55 @@ impl<'a, T: Queued> PassLimit<'a, T> {
     }
 }
 
+/// The most entries the sketch and the ghost are sized for (**P4**): 2^24, at 28 to 44 bytes
+/// an entry (448 to 704 MiB).
+const MAX_ENTRIES: u64 = 1 << 24;
+
+/// What the policy remembers beyond the entries it holds: the frequency sketch and the
+/// ghost of evicted hashes, sized once, before the cache's first eviction (**P4**).
+struct Memory {
+    sketch: Sketch,
+    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
+    /// low 32 bits; 0 is an empty slot.
+    ghost: Box<[AtomicU32]>,
+}
+
+impl Memory {
+    /// A sketch and a ghost for a cache of `entries` entries (64 ghost slots under loom).
+    fn new(entries: usize) -> Self {
+        let ghost = if cfg!(runcache_loom) {
+            64
+        } else {
+            GHOST_PER_ENTRY * entries.max(64)
+        };
+        Self {
+            sketch: Sketch::new(entries),
+            ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// The ghost slot of `hash`: its low 32 bits scaled to the ghost's length (a multiply
+    /// and a shift, so the length need not be a power of two), independent of the
+    /// fingerprint's high bits.
+    fn ghost_slot(&self, hash: u64) -> &AtomicU32 {
+        let i = (u64::from(hash as u32) * self.ghost.len() as u64) >> 32;
+        &self.ghost[i as usize]
+    }
+
+    /// Whether the ghost remembers `hash` (or a hash that shares its slot and fingerprint).
+    fn remembers(&self, hash: u64) -> bool {
+        // Relaxed: a hint.
+        self.ghost_slot(hash).load(Ordering::Relaxed) == fingerprint(hash)
+    }
+
+    /// Remembers `hash` in the ghost, in place of whatever held its slot.
+    fn remember(&self, hash: u64) {
+        // Relaxed: a hint.
+        self.ghost_slot(hash)
+            .store(fingerprint(hash), Ordering::Relaxed);
+    }
+}
+
 /// The S3-FIFO queues of one cache.
 pub(crate) struct S3Fifo<T> {
     small: Queue<T>,
@@ -253,12 +315,10 @@ pub(crate) struct S3Fifo<T> {
     /// Main-queue victims that won their admission duel: they keep the head of the main
     /// queue (popped before `main`), as if the queue could be peeked.
     front: Queue<T>,
-    sketch: Sketch,
+    /// The sketch and the ghost, sized before the cache's first eviction (**P4**).
+    memory: SetOnce<Memory>,
     small_weight: AtomicU64,
     main_weight: AtomicU64,
-    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
-    /// low 32 bits; 0 is an empty slot.
-    ghost: Box<[AtomicU32]>,
     /// The entries of the small, front and main queues that the compaction round under way
     /// has still to look at (all 0 between rounds; see [`compact`](Self::compact)).
     compact_left: [AtomicUsize; 3],
@@ -269,33 +329,50 @@ pub(crate) struct S3Fifo<T> {
 }
 
 impl<T: Queued> S3Fifo<T> {
-    /// Queues for a cache expected to hold about `entries` entries (sizes the ghost).
+    /// Queues for a cache guessed to hold about `entries` entries. The guess sizes the
+    /// sketch and the ghost only if the cache cannot tell better at its first eviction (see
+    /// [`prepare`](Self::prepare)); nothing is allocated for them before.
     pub(crate) fn new(entries: usize) -> Self {
-        let ghost = if cfg!(runcache_loom) {
-            64
-        } else {
-            GHOST_PER_ENTRY * entries.clamp(64, 1 << 20)
-        };
         Self {
             small: Queue::new(),
             main: Queue::new(),
             front: Queue::new(),
-            sketch: Sketch::new(entries),
+            memory: SetOnce::new(),
             small_weight: AtomicU64::new(0),
             main_weight: AtomicU64::new(0),
-            ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
             compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
             queueing: AtomicBool::new(false),
             climber: Climber::new(entries as u64),
         }
     }
 
-    /// The ghost slot of `hash`: its low 32 bits scaled to the ghost's length (a multiply
-    /// and a shift, so the length need not be a power of two), independent of the
-    /// fingerprint's high bits.
-    fn ghost_slot(&self, hash: u64) -> &AtomicU32 {
-        let i = (u64::from(hash as u32) * self.ghost.len() as u64) >> 32;
-        &self.ghost[i as usize]
+    /// Sizes the sketch and the ghost (**P4**) for `held` entries, or for the guess the
+    /// queues were built with if the cache could not tell; the climber's periods follow.
+    /// Only the caller that claimed the sizing calls it.
+    fn size(&self, held: Option<u64>) {
+        let entries = held
+            .unwrap_or_else(|| self.climber.entries())
+            .clamp(1, MAX_ENTRIES);
+        self.climber.resize(entries);
+        self.memory.publish(Memory::new(entries as usize));
+    }
+
+    /// The entries the sketch and the ghost are sized for, once they are (**P4**).
+    #[cfg(test)]
+    pub(crate) fn sized_for(&self) -> Option<u64> {
+        self.memory.get().map(|_| self.climber.entries())
+    }
+
+    /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
+    fn record(&self, hash: u64, n: u64) {
+        if let Some(m) = self.memory.get() {
+            m.sketch.add(hash, n);
+        }
+    }
+
+    /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
+    fn estimate(&self, hash: u64) -> u64 {
+        self.memory.get().map_or(0, |m| m.sketch.estimate(hash))
     }
 
     /// Records the admission of an entry whose value was just published, and says whether it
@@ -315,19 +392,25 @@ impl<T: Queued> S3Fifo<T> {
     /// capacity pays nothing for an eviction order it never uses (no push, no count of the
     /// node, no compaction of removed entries). The engine enlists the entries admitted
     /// before (see [`enlist`](Self::enlist)).
+    ///
+    /// Before the first eviction there is no sketch or ghost yet (**P4**): a warm admission
+    /// then marks the entry `UNRECORDED` as a cold one, and the ghost has nothing to
+    /// remember anyway.
     pub(crate) fn admit(&self, meta: &EntryMeta, hash: u64, warm: bool) -> bool {
-        let meta_bits = if warm {
-            // The miss that led here counts as an access.
-            self.sketch.add(hash, 1);
-            // The ghost is direct-mapped and lossy: a collision only costs a misplaced entry.
-            // A remembered entry starts with frequency 1, so it leaves the small queue for
-            // the main one like an entry that was hit (through the duel when the main queue
-            // is full), but it has no hits of its own to skip the duel with.
-            // Relaxed: hints.
-            let remembered = self.ghost_slot(hash).load(Ordering::Relaxed) == fingerprint(hash);
-            u8::from(remembered)
-        } else {
-            UNRECORDED
+        let meta_bits = match self.memory.get() {
+            Some(m) if warm => {
+                // The miss that led here counts as an access.
+                m.sketch.add(hash, 1);
+                // The ghost is direct-mapped and lossy: a collision only costs a misplaced
+                // entry. A remembered entry starts with frequency 1, so it leaves the small
+                // queue for the main one like an entry that was hit (through the duel when
+                // the main queue is full), but it has no hits of its own to skip the duel
+                // with.
+                u8::from(m.remembers(hash))
+            }
+            // Cold, or before the first eviction: the policy's first visit records the
+            // admission.
+            _ => UNRECORDED,
         };
         // Relaxed: see `touch`.
         meta.freq.store(meta_bits, Ordering::Relaxed);
@@ -340,6 +423,18 @@ impl<T: Queued> S3Fifo<T> {
             self.queueing.store(true, Ordering::Relaxed);
         }
         meta.claim()
+    }
+
+    /// Sizes the sketch and the ghost before the cache's first eviction (**P4**), for the
+    /// entries its capacity holds at the mean weight of those cached then: `held` says how
+    /// many, or `None` if the cache cannot tell (then the guess given to [`new`](Self::new)
+    /// stands). The one caller that claims the sizing allocates; every other call, and every
+    /// evictor while the allocation is under way, goes on at once (without a sketch, an
+    /// evictor only decides its duels by the incumbent).
+    pub(crate) fn prepare(&self, held: impl FnOnce() -> Option<u64>) {
+        if self.memory.get().is_none() && self.memory.claim() {
+            self.size(held());
+        }
     }
 
     /// Queues an entry that [`admit`](Self::admit) said joins the queues, and takes a step of
@@ -407,7 +502,7 @@ impl<T: Queued> S3Fifo<T> {
                 uncount(&self.main_weight, &e);
                 continue;
             }
-            self.sketch.add(e.hash(), e.meta().take_hits().1);
+            self.record(e.hash(), e.meta().take_hits().1);
             let f = e.meta().freq();
             if f > 0 {
                 e.meta().set_freq(f - 1);
@@ -484,11 +579,11 @@ impl<T: Queued> S3Fifo<T> {
     ///   head of the main queue for the next duel.
     fn leave_small(&self, c: T, main_capacity: u64, limit: &PassLimit<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
-        self.sketch.add(c.hash(), accesses);
+        self.record(c.hash(), accesses);
         // Relaxed: a queue-size hint.
         let main = self.main_weight.load(Ordering::Relaxed);
         let room = main + c.weight() <= main_capacity;
-        if c.meta().freq() == 0 && (!room || self.sketch.estimate(c.hash()) < 2) {
+        if c.meta().freq() == 0 && (!room || self.estimate(c.hash()) < 2) {
             return Some(self.evict_small(c));
         }
         if room || hits >= PROMOTE_HITS {
@@ -496,7 +591,7 @@ impl<T: Queued> S3Fifo<T> {
             return None;
         }
         match self.main_victim(limit) {
-            Some(v) if self.sketch.estimate(c.hash()) > self.sketch.estimate(v.hash()) => {
+            Some(v) if self.estimate(c.hash()) > self.estimate(v.hash()) => {
                 self.move_to_main(c);
                 Some(self.evict_main(v))
             }
@@ -525,11 +620,11 @@ impl<T: Queued> S3Fifo<T> {
         subtract(&self.small_weight, w);
     }
 
-    /// Remembers an evicted entry's hash in the ghost.
+    /// Remembers an evicted entry's hash in the ghost, once there is one.
     fn forget(&self, e: &T) {
-        // Relaxed: a hint.
-        self.ghost_slot(e.hash())
-            .store(fingerprint(e.hash()), Ordering::Relaxed);
+        if let Some(m) = self.memory.get() {
+            m.remember(e.hash());
+        }
     }
 
     /// Whether a compaction round is under way.

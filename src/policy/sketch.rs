@@ -76,7 +76,7 @@ impl Sketch {
     /// collisions cost P3 up to 0.4 points of hit ratio (`docs/DESIGN.md`). Under loom, four
     /// words.
     pub(crate) fn new(entries: usize) -> Self {
-        let entries = entries.clamp(16, 1 << 22);
+        let entries = entries.clamp(16, 1 << 24);
         let words = if cfg!(runcache_loom) {
             4
         } else {

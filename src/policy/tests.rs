@@ -53,7 +53,7 @@ fn admit(p: &S3Fifo<Arc<Entry>>, e: Arc<Entry>, warm: bool, live: usize) {
 
 #[test]
 fn one_hit_wonders_leave_first_and_hit_entries_are_promoted() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     let hot = entry(1);
     admit(&p, hot.clone(), true, 1);
     hot.meta.touch();
@@ -78,32 +78,40 @@ fn one_hit_wonders_leave_first_and_hit_entries_are_promoted() {
 
 #[test]
 fn a_cache_under_half_full_defers_the_sketch_to_the_first_visit_and_skips_the_ghost() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     admit(&p, entry(7), true, 1);
     let first = p.victim(1).unwrap();
     assert_eq!(first.hash, 7, "evicted, so the ghost remembers 7");
-    assert_eq!(p.sketch.estimate(7), 1);
+    assert_eq!(p.estimate(7), 1);
     let cold = entry(7);
     admit(&p, cold.clone(), false, 1);
     assert_eq!(cold.meta.freq(), 0, "the ghost is not consulted while cold");
-    assert_eq!(p.sketch.estimate(7), 1, "the sketch is not fed while cold");
+    assert_eq!(p.estimate(7), 1, "the sketch is not fed while cold");
     cold.meta.touch();
     assert_eq!(p.queued(), 1, "the entry is queued all the same");
     assert_eq!(p.victim(1).unwrap().hash, 7, "and can be evicted");
     assert_eq!(
-        p.sketch.estimate(7),
+        p.estimate(7),
         3,
         "the visit recorded the admission with the hit"
     );
 }
 
+/// A policy for `entries` entries whose cache has evicted already: its sketch and ghost
+/// sized (P4), as the first eviction leaves them.
+fn evicted(entries: usize) -> S3Fifo<Arc<Entry>> {
+    let p = S3Fifo::new(entries);
+    p.prepare(|| None);
+    p
+}
+
 /// A capacity-10 policy with `main` in the main queue, each seen twice (a miss and a
 /// hit), then `small` fresh entries in the small queue.
 fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<Entry>> {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     for h in main {
         let e = entry(h);
-        p.sketch.add(h, 2);
+        p.record(h, 2);
         push(&p.main, &p.main_weight, e);
     }
     for h in small {
@@ -135,7 +143,7 @@ fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
         "the incumbent keeps the head of the main queue"
     );
     // Entry 101 has been missed often recently: it beats victim 0 and takes its place.
-    p.sketch.add(101, 5);
+    p.record(101, 5);
     let v = p.victim(10).unwrap();
     assert_eq!(
         v.hash, 0,
@@ -149,7 +157,7 @@ fn a_leaver_never_hit_is_evicted_without_a_duel() {
     let p = full(0..9, 100..101);
     // Entry 100 was never hit and the ghost does not know it; however often the sketch
     // has seen its hash, it does not take a main entry's place.
-    p.sketch.add(100, 10);
+    p.record(100, 10);
     assert_eq!(p.victim(10).unwrap().hash, 100);
     assert_eq!(
         (p.front.len(), p.main.len()),
@@ -165,7 +173,7 @@ fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
     admit(&p, e.clone(), true, 1);
     e.meta.touch();
     e.meta.touch();
-    p.sketch.add(0, 10);
+    p.record(0, 10);
     // 100 leaves first, never hit, and is evicted; 101 was hit twice in the window, so it
     // moves to the main queue although victim 0 is far more frequent, and 0 is evicted
     // for it.
@@ -176,7 +184,7 @@ fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
 
 #[test]
 fn frequency_saturates_and_main_queue_gives_second_chances() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     let e = entry(7);
     admit(&p, e.clone(), true, 1);
     for _ in 0..10 {
@@ -191,7 +199,7 @@ fn frequency_saturates_and_main_queue_gives_second_chances() {
 
 #[test]
 fn dead_entries_are_skipped_and_compacted() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     let entries: Vec<_> = (0..3000).map(entry).collect();
     for e in &entries {
         e.cached.store(false, Ordering::Relaxed);
@@ -210,7 +218,7 @@ fn dead_entries_are_skipped_and_compacted() {
 
 #[test]
 fn a_compaction_round_is_spread_over_admissions() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     let (mut before, mut most, mut dropped) = (0usize, 0usize, 0usize);
     for i in 0..5000 {
         let e = entry(i);
@@ -232,7 +240,7 @@ fn a_compaction_round_is_spread_over_admissions() {
 
 #[test]
 fn a_cold_cache_queues_nothing_until_it_is_first_warm_and_the_sweep_enlists_once() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     let cold = entry(1);
     admit(&p, cold.clone(), false, 1);
     assert_eq!(p.queued(), 0, "a cold admission is not queued");
@@ -266,12 +274,12 @@ fn a_cold_cache_queues_nothing_until_it_is_first_warm_and_the_sweep_enlists_once
 
 #[test]
 fn a_leaver_never_hit_fills_room_in_the_main_queue_only_if_seen_before() {
-    let p = S3Fifo::new(64);
+    let p = evicted(64);
     let (seen, unseen) = (entry(1), entry(2));
     admit(&p, seen.clone(), true, 2);
     admit(&p, unseen.clone(), true, 2);
     // One more access of key 1 before this one (a loop's previous round, say).
-    p.sketch.add(1, 1);
+    p.record(1, 1);
     // Capacity 10, an empty main queue: room for both; only the key seen before takes it.
     assert_eq!(
         p.victim(10).unwrap().hash,
@@ -289,4 +297,30 @@ fn a_leaver_never_hit_fills_room_in_the_main_queue_only_if_seen_before() {
         "without a hit: first in line for the main queue's victim"
     );
     assert!(p.validate().is_ok());
+}
+
+#[test]
+fn the_sketch_and_ghost_are_sized_once_before_the_first_eviction() {
+    let p = S3Fifo::<Arc<Entry>>::new(64);
+    let (cold, warm) = (entry(1), entry(2));
+    admit(&p, cold.clone(), false, 1);
+    admit(&p, warm.clone(), true, 2);
+    assert_eq!(p.sized_for(), None, "nothing allocated before an eviction");
+    assert_eq!(p.estimate(2), 0);
+    p.prepare(|| Some(5_000));
+    assert_eq!(p.sized_for(), Some(5_000));
+    p.prepare(|| panic!("sized twice"));
+    assert_eq!(p.sized_for(), Some(5_000), "sized once");
+    // The warm admission was left for the first visit to record (the cold entry waits for
+    // the engine's sweep, P2).
+    assert_eq!(p.victim(2).map(|e| e.hash), Some(2));
+    assert_eq!((p.estimate(1), p.estimate(2)), (0, 1));
+
+    // A cache that cannot tell keeps the guess; one that holds more than the most is capped.
+    let guessed = S3Fifo::<Arc<Entry>>::new(64);
+    guessed.prepare(|| None);
+    assert_eq!(guessed.sized_for(), Some(64));
+    let huge = S3Fifo::<Arc<Entry>>::new(64);
+    huge.prepare(|| Some(u64::MAX));
+    assert_eq!(huge.sized_for(), Some(MAX_ENTRIES));
 }

@@ -59,6 +59,17 @@ fn enlist<K, V>(policy: &S3Fifo<NodeRef<K, V>>, node: &Node<K, V>, guard: &Guard
     }
 }
 
+/// The entries `capacity` holds at the mean weight of the `len` entries that weigh `size`
+/// together (**P4**: the policy sizes its sketch and ghost for them before the cache's first
+/// eviction); `None` when nothing is cached to tell by. Rounded down, and at least 1.
+fn held(capacity: u64, size: u64, len: usize) -> Option<u64> {
+    if size == 0 || len == 0 {
+        return None;
+    }
+    let held = u128::from(capacity) * len as u128 / u128::from(size);
+    Some(u64::try_from(held).unwrap_or(u64::MAX).max(1))
+}
+
 impl<K, V, S> RawCache<K, V, S>
 where
     K: Hash + Eq + Send + Sync + 'static,
@@ -116,6 +127,10 @@ where
         capacity: u64,
         keep: u64,
     ) -> Option<u64> {
+        policy.prepare(|| {
+            let (size, capacity) = self.budget.snapshot();
+            held(capacity, size, self.len())
+        });
         let pin = self.pin();
         if policy.adapt_due() {
             let hits = self.stat(Counter::Hit);
@@ -271,5 +286,22 @@ where
             let n = self.remove_while(RemovalCause::Capacity, || true);
             stats.bump_by(Counter::Eviction, n as u64);
         }
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::held;
+
+    #[test]
+    fn held_scales_the_capacity_by_the_mean_weight() {
+        assert_eq!(held(100, 50, 50), Some(100), "weight 1");
+        assert_eq!(held(1_000, 500, 5), Some(10), "weight 100");
+        assert_eq!(held(1_000, 600, 3), Some(5), "rounded down");
+        assert_eq!(held(10, 10, 1), Some(1));
+        assert_eq!(held(1, 1_000, 1), Some(1), "at least 1");
+        assert_eq!(held(100, 0, 5), None, "weightless entries tell nothing");
+        assert_eq!(held(100, 50, 0), None, "nothing cached");
+        assert_eq!(held(u64::MAX, 1, usize::MAX), Some(u64::MAX), "saturates");
     }
 }

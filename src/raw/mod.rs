@@ -87,9 +87,10 @@ use table::Shard;
 /// The largest shard count a builder accepts.
 pub const MAX_SHARDS: usize = 1 << 16;
 
-/// The most entries a cache sizes its tables (2^20: 16 MiB of slots over all shards) and its
-/// policy's sketch and ghost for when it is built. A larger cache grows its tables as it
-/// fills.
+/// The most entries a cache sizes its tables for when it is built (2^20: 16 MiB of slots over
+/// all shards); a larger cache grows them as it fills. Also the policy's guess of its entries
+/// by count, for the rare cache that cannot tell at its first eviction (`policy::S3Fifo`'s
+/// `prepare`).
 const EXPECTED_MAX: u64 = 1 << 20;
 
 /// Why a value left the cache, as told to an [`on_evict`](crate::CacheBuilder::on_evict) listener.

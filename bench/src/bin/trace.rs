@@ -14,6 +14,10 @@
 //!                       and 1.2, a loop larger than the cache, a scan in a Zipf stream, a
 //!                       hot set that shifts halfway), with runcache's margin to the best
 //!                       peer on every row and a summary
+//!   --sizes N           the policy's sizing check: Zipf 0.9 over ten keys per entry, twenty
+//!                       accesses per entry, at 100, 1,000, ... up to N entries (10000000
+//!                       takes about 25 minutes and 5 GB), by count and by weight with no
+//!                       size hint, against LRU and the peers, one thread
 //!   --fractions F,..    capacities as fractions of the unique keys (default
 //!                       0.001,0.0025,0.005,0.01,0.025,0.05,0.1)
 //!   --capacities C,..   capacities in entries (instead of --fractions)
@@ -278,6 +282,24 @@ fn runcache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
     )
 }
 
+/// runcache by weight (every entry weighs 1) with no `expected_entry_weight`, one thread.
+fn runcache_weighted(trace: &[u64], capacity: usize) -> u64 {
+    let cache = runcache::Cache::<u64, ()>::builder()
+        .capacity(capacity as u64)
+        .weigher(|_, _| 1)
+        .build()
+        .expect("default shards are valid");
+    get_or_insert(
+        trace,
+        1,
+        &cache,
+        |c, k| c.get(&k).is_some(),
+        |c, k| {
+            let _ = c.insert(k, ());
+        },
+    )
+}
+
 fn moka(trace: &[u64], capacity: usize, threads: usize) -> u64 {
     let cache = moka::sync::Cache::<u64, ()>::new(capacity as u64);
     get_or_insert(
@@ -315,6 +337,8 @@ struct Options {
     svg_dir: PathBuf,
     /// Print each row's margin to the best peer and a summary (`--matrix`).
     margins: bool,
+    /// The largest cache of the sizing check (`--sizes`), if asked for.
+    sizes: Option<usize>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, value: &str) -> Result<Vec<T>, String> {
@@ -350,6 +374,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         threads: vec![1],
         svg_dir: PathBuf::from("target/trace"),
         margins: false,
+        sizes: None,
     };
     let mut matrix = false;
     let mut limit = usize::MAX;
@@ -359,16 +384,15 @@ fn parse_args() -> Result<Option<Options>, String> {
         let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
         match arg.as_str() {
             "-h" | "--help" => {
-                println!(
-                    "{}",
-                    include_str!("trace.rs")
-                        .lines()
-                        .skip(3)
-                        .take(23)
-                        .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                );
+                // The usage: the module doc's `text` block, between its fences.
+                let usage: Vec<&str> = include_str!("trace.rs")
+                    .lines()
+                    .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
+                    .skip_while(|l| !l.starts_with("```"))
+                    .skip(1)
+                    .take_while(|l| !l.starts_with("```"))
+                    .collect();
+                println!("{}", usage.join("\n"));
                 return Ok(None);
             }
             "--zipf" => {
@@ -384,6 +408,15 @@ fn parse_args() -> Result<Option<Options>, String> {
                     .push((format!("scanmix-{k}-{s}-{n}"), scan_mix(k, s, n, 1)?));
             }
             "--matrix" => matrix = true,
+            "--sizes" => {
+                let n: usize = value("--sizes")?
+                    .parse()
+                    .map_err(|_| "--sizes: not a number of entries".to_string())?;
+                if n < 100 {
+                    return Err(format!("--sizes: {n} entries; the check starts at 100"));
+                }
+                opts.sizes = Some(n);
+            }
             "--fractions" => opts.fractions = list("--fractions", &value("--fractions")?)?,
             "--capacities" => opts.capacities = list("--capacities", &value("--capacities")?)?,
             "--threads" => {
@@ -404,6 +437,15 @@ fn parse_args() -> Result<Option<Options>, String> {
     }
     if matrix && !opts.traces.is_empty() {
         return Err("--matrix replays its own workloads; drop --zipf and --scan-mix".into());
+    }
+    if let Some(n) = opts.sizes {
+        if matrix || !opts.traces.is_empty() || !files.is_empty() {
+            return Err(format!(
+                "--sizes {n} replays its own workloads; drop the traces, --matrix, --zipf and \
+                 --scan-mix"
+            ));
+        }
+        return Ok(Some(opts));
     }
     if files.is_empty() && (opts.traces.is_empty() || matrix) {
         match std::env::var_os("RUNCACHE_TRACE_DIR") {
@@ -466,6 +508,18 @@ fn main() -> ExitCode {
         env!("CARGO_PKG_VERSION")
     );
     let mut margins = Vec::new();
+    if let Some(most) = opts.sizes {
+        return match sizes(most) {
+            Ok(margins) => {
+                print_summary(&margins, &[1]);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("trace: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     for (name, trace) in &opts.traces {
         let uniq = unique(trace);
         println!("\n{name}: {} accesses, {uniq} unique keys", trace.len());
@@ -504,6 +558,51 @@ fn main() -> ExitCode {
         print_summary(&margins, &opts.threads);
     }
     ExitCode::SUCCESS
+}
+
+/// The policy's sizing check (`--sizes`): at 100, 1,000, ... up to `most` entries, Zipf 0.9
+/// over ten keys per entry, twenty accesses per entry. runcache runs by count and by weight
+/// without `expected_entry_weight` (its policy then sizes itself from the entries it holds);
+/// each has its margin to the best peer.
+fn sizes(most: usize) -> Result<Vec<Margin>, String> {
+    println!(
+        "\nsizing: Zipf 0.9 over 10 keys per entry, 20 accesses per entry, one thread; hit ratios in %"
+    );
+    println!(
+        "{:>10} {:>9} {:>9} {:>11} {:>9} {:>11}  margin (count, weighted)",
+        "entries", "lru", "runcache", "runcache-w", "moka", "quick_cache"
+    );
+    let mut margins = Vec::new();
+    let mut n = 100;
+    while n <= most {
+        let trace = zipf(10 * n as u64, 0.9, 20 * n, 6)?;
+        let pct = |hits: u64| 100.0 * hits as f64 / trace.len() as f64;
+        let lru = pct(lru(&trace, n));
+        let ours = [
+            pct(runcache(&trace, n, 1)),
+            pct(runcache_weighted(&trace, n)),
+        ];
+        let (moka, quick) = (pct(moka(&trace, n, 1)), pct(quick_cache(&trace, n, 1)));
+        let best = moka.max(quick);
+        for (how, ours) in ["by count", "by weight"].into_iter().zip(ours) {
+            margins.push(Margin {
+                workload: format!("sizes {how}"),
+                capacity: n,
+                threads: 1,
+                margin: ours - best,
+                over_lru: ours - lru,
+            });
+        }
+        println!(
+            "{n:>10} {lru:>9.3} {:>9.3} {:>11.3} {moka:>9.3} {quick:>11.3}  {:+.3}, {:+.3}",
+            ours[0],
+            ours[1],
+            ours[0] - best,
+            ours[1] - best
+        );
+        n = n.saturating_mul(10);
+    }
+    Ok(margins)
 }
 
 /// The column of policy `p` at `t` threads: its name alone when one thread count runs.
