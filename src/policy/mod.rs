@@ -229,6 +229,8 @@ pub(crate) trait Queued {
 struct PassLimit<'a, T> {
     queues: &'a S3Fifo<T>,
     counted: Cell<Option<usize>>,
+    /// The sketch and the ghost, read once per pass (**P4**).
+    memory: Option<&'a Memory>,
 }
 
 impl<'a, T: Queued> PassLimit<'a, T> {
@@ -239,6 +241,26 @@ impl<'a, T: Queued> PassLimit<'a, T> {
         Self {
             queues,
             counted: Cell::new(None),
+            memory: queues.memory.get(),
+        }
+    }
+
+    /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
+    fn record(&self, hash: u64, n: u64) {
+        if let Some(m) = self.memory {
+            m.sketch.add(hash, n);
+        }
+    }
+
+    /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
+    fn estimate(&self, hash: u64) -> u64 {
+        self.memory.map_or(0, |m| m.sketch.estimate(hash))
+    }
+
+    /// Remembers an evicted hash in the ghost, once there is one.
+    fn forget(&self, hash: u64) {
+        if let Some(m) = self.memory {
+            m.remember(hash);
         }
     }
 
@@ -363,16 +385,16 @@ impl<T: Queued> S3Fifo<T> {
         self.memory.get().map(|_| self.climber.entries())
     }
 
-    /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
-    fn record(&self, hash: u64, n: u64) {
-        if let Some(m) = self.memory.get() {
-            m.sketch.add(hash, n);
-        }
+    /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
+    #[cfg(test)]
+    fn estimate(&self, hash: u64) -> u64 {
+        PassLimit::new(self).estimate(hash)
     }
 
-    /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
-    fn estimate(&self, hash: u64) -> u64 {
-        self.memory.get().map_or(0, |m| m.sketch.estimate(hash))
+    /// Adds `n` accesses of `hash` to the sketch, once there is one.
+    #[cfg(test)]
+    fn record(&self, hash: u64, n: u64) {
+        PassLimit::new(self).record(hash, n);
     }
 
     /// Records the admission of an entry whose value was just published, and says whether it
@@ -502,7 +524,7 @@ impl<T: Queued> S3Fifo<T> {
                 uncount(&self.main_weight, &e);
                 continue;
             }
-            self.record(e.hash(), e.meta().take_hits().1);
+            limit.record(e.hash(), e.meta().take_hits().1);
             let f = e.meta().freq();
             if f > 0 {
                 e.meta().set_freq(f - 1);
@@ -516,9 +538,9 @@ impl<T: Queued> S3Fifo<T> {
 
     /// Takes the victim [`main_victim`](Self::main_victim) chose off the main queue's total
     /// and remembers it in the ghost.
-    fn evict_main(&self, v: T) -> T {
+    fn evict_main(&self, v: T, limit: &PassLimit<'_, T>) -> T {
         uncount(&self.main_weight, &v);
-        self.forget(&v);
+        limit.forget(v.hash());
         v
     }
 
@@ -554,7 +576,7 @@ impl<T: Queued> S3Fifo<T> {
                 }
             }
             match self.main_victim(&limit) {
-                Some(e) => return Some(self.evict_main(e)),
+                Some(e) => return Some(self.evict_main(e, &limit)),
                 None if self.small.is_empty() => return None,
                 None => {}
             }
@@ -579,35 +601,35 @@ impl<T: Queued> S3Fifo<T> {
     ///   head of the main queue for the next duel.
     fn leave_small(&self, c: T, main_capacity: u64, limit: &PassLimit<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
-        self.record(c.hash(), accesses);
+        limit.record(c.hash(), accesses);
         // Relaxed: a queue-size hint.
         let main = self.main_weight.load(Ordering::Relaxed);
         let room = main + c.weight() <= main_capacity;
-        if c.meta().freq() == 0 && (!room || self.estimate(c.hash()) < 2) {
-            return Some(self.evict_small(c));
+        if c.meta().freq() == 0 && (!room || limit.estimate(c.hash()) < 2) {
+            return Some(self.evict_small(c, limit));
         }
         if room || hits >= PROMOTE_HITS {
             self.move_to_main(c);
             return None;
         }
         match self.main_victim(limit) {
-            Some(v) if self.estimate(c.hash()) > self.estimate(v.hash()) => {
+            Some(v) if limit.estimate(c.hash()) > limit.estimate(v.hash()) => {
                 self.move_to_main(c);
-                Some(self.evict_main(v))
+                Some(self.evict_main(v, limit))
             }
             Some(v) => {
                 // The incumbent's weight never left the main queue's total.
                 self.front.push(v);
-                Some(self.evict_small(c))
+                Some(self.evict_small(c, limit))
             }
-            None => Some(self.evict_small(c)),
+            None => Some(self.evict_small(c, limit)),
         }
     }
 
     /// Takes a small-queue leaver off the queue's total and remembers it in the ghost.
-    fn evict_small(&self, c: T) -> T {
+    fn evict_small(&self, c: T, limit: &PassLimit<'_, T>) -> T {
         uncount(&self.small_weight, &c);
-        self.forget(&c);
+        limit.forget(c.hash());
         c
     }
 
@@ -618,13 +640,6 @@ impl<T: Queued> S3Fifo<T> {
         // Added before it is taken off, so neither total ever misses the entry.
         push(&self.main, &self.main_weight, c);
         subtract(&self.small_weight, w);
-    }
-
-    /// Remembers an evicted entry's hash in the ghost, once there is one.
-    fn forget(&self, e: &T) {
-        if let Some(m) = self.memory.get() {
-            m.remember(e.hash());
-        }
     }
 
     /// Whether a compaction round is under way.
