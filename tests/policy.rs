@@ -3,18 +3,10 @@
 //! the small queue's share adapts. Each run goes long enough (many sampling periods of the
 //! policy's climber) for the share to move, and checks the cache's invariants throughout.
 
-use runcache::Cache;
+mod common;
 
-/// A deterministic xorshift sequence.
-fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed | 1;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
-}
+use common::xorshift;
+use runcache::Cache;
 
 /// A deterministic stream of keys: a hot set, a cold tail and a few scans.
 fn stream(len: usize, keys: u64, seed: u64) -> impl Iterator<Item = u64> {

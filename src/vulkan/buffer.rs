@@ -13,6 +13,7 @@ use ash::vk;
 use gpu_allocator::vulkan::Allocation;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A device-local Vulkan buffer made by a [`VulkanAllocator`](super::VulkanAllocator); freed when dropped.
 ///
@@ -87,7 +88,13 @@ impl Drop for DeviceBuffer {
         let s = &self.shared;
         if let Some(SlotId { class, block, slot }) = self.slot {
             // The device is done with the range (the type's contract): its slot is free again.
-            lock(&s.slabs).free[class].push((block, slot));
+            let mut slabs = lock(&s.slabs);
+            slabs.free[class].push((block, slot));
+            let now = Instant::now();
+            if slabs.freed(block, now) {
+                drop(slabs);
+                s.emptied(now);
+            }
         } else if self.buffer != vk::Buffer::null() {
             // SAFETY: (V3) made on this device; the device is done with it (the type's contract).
             unsafe { s.ctx.device.destroy_buffer(self.buffer, None) };
@@ -98,7 +105,13 @@ impl Drop for DeviceBuffer {
             }
         }
         // Relaxed: a byte budget (see `allocate`).
-        s.used.fetch_sub(self.size, Ordering::Relaxed);
+        if s.used.fetch_sub(self.size, Ordering::Relaxed) == self.size {
+            // The last live buffer: gpu-allocator may now hold an empty block.
+            s.emptied(Instant::now());
+        }
+        if s.untidy() {
+            s.tidy(false);
+        }
     }
 }
 

@@ -425,6 +425,12 @@ impl VulkanContext {
         self.max_allocation_size
     }
 
+    /// `maxStorageBufferRange`: the largest range a storage-buffer descriptor may bind, and so
+    /// the largest buffer the allocator makes (each is bound whole as a storage buffer).
+    pub fn max_storage_buffer_range(&self) -> u64 {
+        u64::from(self.properties.limits.max_storage_buffer_range)
+    }
+
     /// Whether `VK_EXT_memory_budget` is enabled.
     pub fn has_memory_budget(&self) -> bool {
         self.memory_budget

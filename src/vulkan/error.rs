@@ -32,6 +32,15 @@ pub enum VulkanError {
         /// The device's limit.
         max_allocation_size: u64,
     },
+    /// The request exceeds the device's `maxStorageBufferRange`, so the buffer could not be
+    /// bound whole as a storage buffer (see
+    /// [`VulkanAllocatorBuilder::limit_to_storage_range`](super::VulkanAllocatorBuilder::limit_to_storage_range)).
+    AboveStorageRange {
+        /// Bytes asked for.
+        requested: u64,
+        /// The device's limit.
+        max_storage_buffer_range: u64,
+    },
     /// The request exceeds the whole device-local heap.
     AboveHeap {
         /// Bytes asked for.
@@ -125,6 +134,11 @@ impl fmt::Display for VulkanError {
             VulkanError::TooLarge { requested, max_allocation_size } => write!(
                 f,
                 "{requested} bytes exceed the device's maxMemoryAllocationSize of {max_allocation_size}"
+            ),
+            VulkanError::AboveStorageRange { requested, max_storage_buffer_range } => write!(
+                f,
+                "{requested} bytes exceed the device's maxStorageBufferRange of \
+                 {max_storage_buffer_range}, the most a storage buffer binds"
             ),
             VulkanError::AboveHeap { requested, heap_size } => write!(
                 f,

@@ -10,20 +10,28 @@
 //!   [`VulkanError::Loader`] instead of a link error.
 //! - [`VulkanAllocator`] makes device-local buffers, sub-allocated from 64 MiB blocks by
 //!   [gpu-allocator] (the well-kept pure-Rust allocator of the field), with a dedicated
-//!   allocation for buffers of 64 MiB and more. Small buffers (up to [`SLAB_MAX`], 256 KiB) are
+//!   allocation for buffers of 16 MiB and more. Small buffers (up to [`SLAB_MAX`], 256 KiB) are
 //!   not buffers of their own: each is a slot of a shared 4 MiB block buffer, of the smallest
 //!   power-of-two size class (256 B and up) that holds it, so making one calls no driver
 //!   function once its class has a free slot. Bind a buffer as the range
 //!   ([`DeviceBuffer::buffer`], [`DeviceBuffer::offset`], [`DeviceBuffer::size`]); the offset is
 //!   a multiple of 256, valid for storage and uniform descriptors on every device. The cost:
-//!   up to half a slot of padding per small buffer, and blocks are kept until the allocator
-//!   drops. It fills them by mapping when the device-local
+//!   up to half a slot of padding per small buffer.
+//! - Device memory goes back to the driver: a block of small buffers once it has been empty
+//!   for the allocator's `empty_block_ttl` (1 s by default), gpu-allocator's last block once
+//!   no buffer is left for as long, everything empty at once on
+//!   [`VulkanAllocator::trim`] or when a request finds the device short of memory.
+//!   [`VulkanAllocator::memory_report`] shows the bytes requested, in slots, in blocks and
+//!   held from the driver. The allocator fills buffers by mapping when the device-local
 //!   memory is also host-visible and coherent (unified memory, ReBAR, lavapipe), and otherwise
 //!   through a recycled staging slot (a [`PoolManager`](crate::pool::PoolManager) of
-//!   host-visible buffers, each with its own command buffer and fence), a transfer copy and a
-//!   fence wait. Several threads upload at once, one staging slot each.
+//!   host-visible buffers in two halves, each half with its own command buffer and fence):
+//!   chunks alternate the halves, so the host copies one while the device transfers the one
+//!   before. Several threads upload at once, one staging slot each.
 //! - Requests are checked against `maxMemoryAllocationSize`, the device-local heap, the
-//!   `VK_EXT_memory_budget` budget and an optional soft limit **before** the driver is called;
+//!   `VK_EXT_memory_budget` budget, `maxStorageBufferRange` (every buffer can be bound whole
+//!   as a storage buffer, unless the builder allows larger ones) and an optional soft limit
+//!   **before** the driver is called;
 //!   each failure is a typed [`VulkanError`]. A soft limit makes out-of-memory paths testable
 //!   on any device.
 //!
@@ -96,15 +104,17 @@ mod allocator;
 mod buffer;
 mod context;
 mod error;
+mod fault;
 mod shared;
 mod slab;
 mod staging;
 
-pub use allocator::{VulkanAllocator, VulkanAllocatorBuilder};
+pub use allocator::{MemoryReport, VulkanAllocator, VulkanAllocatorBuilder};
 pub use ash;
 pub use buffer::DeviceBuffer;
 pub use context::{HeapBudget, VulkanContext, VulkanContextBuilder};
 pub use error::{VulkanError, WrappedError};
+pub use fault::Fault;
 pub use slab::SLAB_MAX;
 
 use crate::constant::{self, ConstantCache, DeviceKind};

@@ -1,24 +1,31 @@
-//! Staging slots: a host-visible, coherent buffer with its own command pool, command buffer
-//! and fence, recycled through a [`PoolManager`](crate::pool::PoolManager), through which
-//! uploads and read-backs reach device-local memory that the host cannot map.
+//! Staging slots: a host-visible, coherent buffer in two halves, each with its own command
+//! buffer and fence, recycled through a [`PoolManager`](crate::pool::PoolManager), through
+//! which uploads and read-backs reach device-local memory that the host cannot map. An
+//! upload alternates the halves, so the host copies chunk n + 1 into one while the device
+//! copies chunk n out of the other.
 
 #![allow(unsafe_code)]
 
 use super::context::{VulkanContext, FENCE_TIMEOUT};
 use super::error::VulkanError;
+use super::fault::{Fault, Faults};
 use ash::vk;
 use std::sync::Arc;
 
-/// A host-visible staging buffer with the command buffer and fence of one transfer at a time.
+/// A host-visible staging buffer in two halves, each with the command buffer and fence of
+/// its one transfer in flight.
 pub(super) struct Staging {
     pub(super) ctx: Arc<VulkanContext>,
     pub(super) buffer: vk::Buffer,
     pub(super) memory: vk::DeviceMemory,
     pub(super) mapped: *mut u8,
+    /// The bytes of the whole buffer; each half is [`chunk`](Self::chunk) bytes.
     pub(super) size: u64,
     pub(super) pool: vk::CommandPool,
-    pub(super) commands: vk::CommandBuffer,
-    pub(super) fence: vk::Fence,
+    pub(super) commands: [vk::CommandBuffer; 2],
+    pub(super) fences: [vk::Fence; 2],
+    /// Whether each half's last submission has not been waited for.
+    pending: [bool; 2],
 }
 
 // SAFETY: (V2) the mapped pointer and the handles are used by one thread at a time (the slot is
@@ -35,8 +42,9 @@ impl Staging {
             mapped: std::ptr::null_mut(),
             size,
             pool: vk::CommandPool::null(),
-            commands: vk::CommandBuffer::null(),
-            fence: vk::Fence::null(),
+            commands: [vk::CommandBuffer::null(); 2],
+            fences: [vk::Fence::null(); 2],
+            pending: [false; 2],
         };
         // Every step stores its handle in `s` at once, so a failure drops `s` and destroys
         // what was made.
@@ -81,44 +89,93 @@ impl Staging {
         let info = vk::CommandBufferAllocateInfo::default()
             .command_pool(s.pool)
             .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
+            .command_buffer_count(2);
         // SAFETY: (V5) a valid pool.
-        s.commands = unsafe { d.allocate_command_buffers(&info) }
-            .map_err(|r| VulkanError::from_vk("vkAllocateCommandBuffers", r, 0))?[0];
-        // SAFETY: (V5) a valid device.
-        s.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
-            .map_err(|r| VulkanError::from_vk("vkCreateFence", r, 0))?;
+        let commands = unsafe { d.allocate_command_buffers(&info) }
+            .map_err(|r| VulkanError::from_vk("vkAllocateCommandBuffers", r, 0))?;
+        s.commands.copy_from_slice(&commands[..2]);
+        for fence in &mut s.fences {
+            // SAFETY: (V5) a valid device.
+            *fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
+                .map_err(|r| VulkanError::from_vk("vkCreateFence", r, 0))?;
+        }
         Ok(s)
     }
 
-    /// Copies `region` from `buffers.0` to `buffers.1` on the device, followed by a barrier
-    /// that makes the written bytes visible to `dst_stage`/`dst_access`; submits and waits.
-    /// Both buffers must stay alive until it returns (they do: it waits).
-    pub(super) fn copy(
-        &self,
+    /// The bytes of one half: the most one transfer moves.
+    pub(super) fn chunk(&self) -> u64 {
+        self.size / 2
+    }
+
+    /// Where half `half` starts in the buffer and in the mapping.
+    pub(super) fn half(&self, half: usize) -> (u64, *mut u8) {
+        let at = half as u64 * self.chunk();
+        // `at` is inside the mapped buffer (`half` is 0 or 1).
+        (at, self.mapped.wrapping_add(at as usize))
+    }
+
+    /// Waits for half `half`'s transfer in flight, if any, so its bytes and command buffer
+    /// may be used again. A failed wait leaves the half pending: its next use waits again.
+    pub(super) fn wait(&mut self, half: usize) -> Result<(), VulkanError> {
+        if !self.pending[half] {
+            return Ok(());
+        }
+        let d = &self.ctx.device;
+        let fence = [self.fences[half]];
+        // SAFETY: (V2) the fence is this slot's, and the slot is this thread's.
+        match unsafe { d.wait_for_fences(&fence, true, FENCE_TIMEOUT.as_nanos() as u64) } {
+            Ok(()) => {}
+            Err(vk::Result::TIMEOUT) => return Err(VulkanError::Timeout),
+            Err(r) => return Err(VulkanError::from_vk("vkWaitForFences", r, 0)),
+        }
+        // SAFETY: (V2) as above; the fence signalled, so nothing uses it.
+        unsafe { d.reset_fences(&fence) }
+            .map_err(|r| VulkanError::from_vk("vkResetFences", r, 0))?;
+        self.pending[half] = false;
+        Ok(())
+    }
+
+    /// Waits for both halves; the first error, after trying both.
+    pub(super) fn wait_all(&mut self) -> Result<(), VulkanError> {
+        let first = self.wait(0);
+        let second = self.wait(1);
+        first.and(second)
+    }
+
+    /// Submits, on half `half`'s command buffer and fence, a copy of `region` from
+    /// `buffers.0` to `buffers.1` followed by a barrier that makes the written bytes visible
+    /// to `dst_stage`/`dst_access`, without waiting: [`wait`](Self::wait) for the half
+    /// before its bytes or its command buffer are used again. Both buffers must stay alive
+    /// until that wait (the caller's, who holds them).
+    pub(super) fn submit(
+        &mut self,
+        half: usize,
+        faults: &Faults,
         buffers: (vk::Buffer, vk::Buffer),
         region: vk::BufferCopy,
         dst_stage: vk::PipelineStageFlags,
         dst_access: vk::AccessFlags,
     ) -> Result<(), VulkanError> {
+        self.wait(half)?;
         let d = &self.ctx.device;
-        // The command buffer, pool and fence belong to this slot, which one thread holds at a
-        // time, and the slot's previous submission was waited for and its fence reset.
-        // SAFETY: (V2) so the command buffer may be reset and re-recorded; both buffers are alive
-        // (the caller holds them) until the fence wait below returns.
+        let commands = self.commands[half];
+        // The half's command buffer and fence belong to this slot, which one thread holds at
+        // a time, and the half's previous submission was waited for and its fence reset.
+        // SAFETY: (V2) so the command buffer may be reset and re-recorded; both buffers are
+        // alive until the caller waits for the half (the function's contract).
         unsafe {
-            d.reset_command_buffer(self.commands, vk::CommandBufferResetFlags::empty())
+            d.reset_command_buffer(commands, vk::CommandBufferResetFlags::empty())
                 .map_err(|r| VulkanError::from_vk("vkResetCommandBuffer", r, 0))?;
             let begin = vk::CommandBufferBeginInfo::default()
                 .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-            d.begin_command_buffer(self.commands, &begin)
+            d.begin_command_buffer(commands, &begin)
                 .map_err(|r| VulkanError::from_vk("vkBeginCommandBuffer", r, 0))?;
-            d.cmd_copy_buffer(self.commands, buffers.0, buffers.1, &[region]);
+            d.cmd_copy_buffer(commands, buffers.0, buffers.1, &[region]);
             let barrier = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
                 .dst_access_mask(dst_access)];
             d.cmd_pipeline_barrier(
-                self.commands,
+                commands,
                 vk::PipelineStageFlags::TRANSFER,
                 dst_stage,
                 vk::DependencyFlags::empty(),
@@ -126,36 +183,38 @@ impl Staging {
                 &[],
                 &[],
             );
-            d.end_command_buffer(self.commands)
+            d.end_command_buffer(commands)
                 .map_err(|r| VulkanError::from_vk("vkEndCommandBuffer", r, 0))?;
-            let buffers = [self.commands];
+            let buffers = [commands];
             let submit = [vk::SubmitInfo::default().command_buffers(&buffers)];
             {
                 let _queue = self.ctx.queue_lock();
-                d.queue_submit(self.ctx.queue, &submit, self.fence)
+                // An injected failure is one the driver may return here, with the same effect:
+                // nothing submitted, the fence untouched.
+                if let Some(r) = faults.strike(Fault::Transfer) {
+                    return Err(VulkanError::from_vk("vkQueueSubmit", r, 0));
+                }
+                d.queue_submit(self.ctx.queue, &submit, self.fences[half])
                     .map_err(|r| VulkanError::from_vk("vkQueueSubmit", r, 0))?;
             }
-            let waited = d.wait_for_fences(&[self.fence], true, FENCE_TIMEOUT.as_nanos() as u64);
-            match waited {
-                Ok(()) => {}
-                Err(vk::Result::TIMEOUT) => return Err(VulkanError::Timeout),
-                Err(r) => return Err(VulkanError::from_vk("vkWaitForFences", r, 0)),
-            }
-            d.reset_fences(&[self.fence])
-                .map_err(|r| VulkanError::from_vk("vkResetFences", r, 0))?;
         }
+        self.pending[half] = true;
         Ok(())
     }
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
+        // A half still pending after a failed wait (a timeout) is waited for once more.
+        let _ = self.wait_all();
         let d = &self.ctx.device;
         // SAFETY: (V2, V3) the slot's handles were made on this device and are idle (every
         // submission was waited for); null handles are ignored by the destroy calls.
         unsafe {
-            if self.fence != vk::Fence::null() {
-                d.destroy_fence(self.fence, None);
+            for fence in self.fences {
+                if fence != vk::Fence::null() {
+                    d.destroy_fence(fence, None);
+                }
             }
             if self.pool != vk::CommandPool::null() {
                 d.destroy_command_pool(self.pool, None);

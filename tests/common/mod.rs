@@ -172,3 +172,14 @@ impl IdleWorker {
         self.thread.join().expect("the worker panicked");
     }
 }
+
+/// A deterministic xorshift sequence (never 0), for streams a test must replay exactly.
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
