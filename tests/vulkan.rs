@@ -27,6 +27,25 @@ fn context() -> Option<Arc<VulkanContext>> {
     }
 }
 
+/// Drops the context, the last `Arc` of it, and fails on any validation error, those the
+/// layer reports when the device is destroyed included (an object never destroyed).
+fn assert_clean_to_the_end(ctx: Arc<VulkanContext>) {
+    assert_clean(&ctx);
+    let log = ctx.validation_log().expect("validation is on");
+    assert_eq!(
+        Arc::strong_count(&ctx),
+        1,
+        "everything made from the context was dropped"
+    );
+    drop(ctx);
+    assert_eq!(
+        log.errors(),
+        0,
+        "at device destruction: {:#?}",
+        log.messages()
+    );
+}
+
 /// Fails on any validation message the test did not provoke.
 fn assert_clean(ctx: &VulkanContext) {
     let errors = ctx.validation_errors();
@@ -79,7 +98,7 @@ fn round_trip_by_mapping_from_1_byte_to_256_mib() {
     round_trip(&gpu, &SIZES);
     assert_eq!(gpu.used_bytes(), 0, "every buffer was freed");
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -94,7 +113,7 @@ fn round_trip_through_staging_from_1_byte_to_256_mib() {
         .unwrap();
     round_trip(&gpu, &SIZES);
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -155,7 +174,7 @@ fn concurrent_get_or_add_uploads_each_key_once() {
     );
     drop(cache);
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -201,7 +220,7 @@ fn soft_limit_rejects_before_the_driver_and_leaves_the_cache_unchanged() {
     gpu.set_soft_limit(None);
     assert!(gpu.upload(&vec![4; 2 << 20]).is_ok());
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -221,7 +240,7 @@ fn a_cache_budget_below_the_buffer_returns_it_uncached() {
     assert_eq!(gpu.used_bytes(), 0);
     assert_eq!(cache.pinned_bytes(), 0);
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -267,7 +286,7 @@ fn a_one_pib_request_is_a_typed_error_before_and_from_the_driver() {
     assert!(gpu.upload(&[1, 2, 3]).is_ok());
     assert!(raw.upload(&[1, 2, 3]).is_ok());
     drop((gpu, raw));
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -313,7 +332,7 @@ fn bad_requests_are_typed_errors() {
         }
     }
     drop((b, gpu, other));
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -339,7 +358,7 @@ fn small_buffers_are_packed_into_few_device_allocations() {
     drop(big);
     assert_eq!(gpu.used_bytes(), 0);
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -368,7 +387,7 @@ fn the_default_capacity_comes_from_the_device_budget() {
     cache.set_capacity_mb(3);
     assert_eq!(cache.capacity(), 3 << 20);
     drop((cache, gpu));
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -396,7 +415,7 @@ fn a_retired_buffer_lives_until_its_fence_signals() {
     // SAFETY: nothing uses the fence any more.
     unsafe { d.destroy_fence(fence, None) };
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 /// Fault injection: four threads upload into a cache whose allocator's soft limit is far
@@ -450,7 +469,7 @@ fn a_soft_limit_hit_by_concurrent_uploads_leaks_nothing() {
     gpu.collect_retired();
     assert_eq!(gpu.used_bytes(), 0, "every byte came back");
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 /// Small buffers are 256-aligned ranges of shared block buffers: ranges never overlap, each
@@ -504,7 +523,7 @@ fn small_buffers_are_disjoint_aligned_ranges_of_shared_blocks() {
         drop(buffers);
         assert_eq!(gpu.used_bytes(), 0);
     }
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 /// Checks that each figure of the report holds the one before it.
@@ -559,7 +578,7 @@ fn empty_blocks_go_back_to_the_driver() {
     // Still usable afterwards.
     round_trip(&gpu, &[1, 4096, 1 << 20]);
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -582,7 +601,7 @@ fn without_a_ttl_each_block_goes_back_once_empty() {
     let r = gpu.memory_report();
     assert_eq!(r, vulkan::MemoryReport::default(), "nothing held: {r:?}");
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -616,7 +635,7 @@ fn a_long_random_run_holds_driver_memory_within_twice_the_live_bytes() {
     drop(live);
     assert_eq!(gpu.memory_report(), vulkan::MemoryReport::default());
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -654,7 +673,7 @@ fn a_buffer_above_the_storage_range_is_a_typed_error_unless_allowed() {
         assert_eq!(open.allocate(range + 1).unwrap().size(), range + 1);
     }
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -699,7 +718,7 @@ fn device_memory_exhausted_mid_upload_leaves_nothing_behind() {
     drop(cache);
     assert_eq!(gpu.used_bytes(), 0);
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -744,7 +763,7 @@ fn a_request_short_of_device_memory_first_frees_empty_blocks() {
     );
     assert_eq!(gpu.memory_report(), vulkan::MemoryReport::default());
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -796,7 +815,7 @@ fn a_budget_that_shrinks_while_entries_are_cached_keeps_the_accounting_exact() {
     drop(cache);
     assert_eq!(gpu.memory_report(), vulkan::MemoryReport::default());
     drop(gpu);
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }
 
 #[test]
@@ -816,5 +835,5 @@ fn a_write_at_an_offset_through_both_staging_halves_lands_in_place() {
     expected[3..3 + patch.len()].copy_from_slice(&patch);
     assert!(gpu.read(&buffer, 0, 1 << 20).unwrap() == expected);
     drop((buffer, gpu));
-    assert_clean(&ctx);
+    assert_clean_to_the_end(ctx);
 }

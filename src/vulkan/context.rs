@@ -33,9 +33,9 @@ unsafe extern "system" fn on_validation_message(
     data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
     user: *mut c_void,
 ) -> vk::Bool32 {
-    // SAFETY: (V1) `user` is the `ValidationSink` the context registered, boxed and alive until the
-    // messenger is destroyed; the layer passes valid callback data whose `p_message`, when not
-    // null, is a NUL-terminated string.
+    // SAFETY: (V1) `user` is the `ValidationSink` the context registered, behind an `Arc`
+    // and alive until the messenger is destroyed; the layer passes valid callback data whose
+    // `p_message`, when not null, is a NUL-terminated string.
     let (sink, text) = unsafe {
         let sink = &*(user as *const ValidationSink);
         let text = if data.is_null() || (*data).p_message.is_null() {
@@ -62,7 +62,34 @@ unsafe extern "system" fn on_validation_message(
 pub(super) struct Validation {
     pub(super) loader: ash::ext::debug_utils::Instance,
     pub(super) messenger: vk::DebugUtilsMessengerEXT,
-    pub(super) sink: Box<ValidationSink>,
+    pub(super) sink: Arc<ValidationSink>,
+}
+
+/// The validation messages of a context, kept past its end: read it after the context is
+/// dropped to see what the layer said at `vkDestroyDevice` (objects never destroyed, for
+/// one). From [`VulkanContext::validation_log`].
+#[derive(Clone)]
+pub struct ValidationLog(Arc<ValidationSink>);
+
+impl ValidationLog {
+    /// Errors reported since the last [`VulkanContext::take_validation_messages`].
+    pub fn errors(&self) -> u64 {
+        // Relaxed: a count read after the fact.
+        self.0.errors.load(Ordering::Relaxed)
+    }
+
+    /// The messages (errors and warnings) received and not yet taken.
+    pub fn messages(&self) -> Vec<String> {
+        lock(&self.0.messages).clone()
+    }
+}
+
+impl fmt::Debug for ValidationLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ValidationLog")
+            .field("errors", &self.errors())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One memory heap as the device reports it.
@@ -145,7 +172,7 @@ impl VulkanContextBuilder {
             device: None,
         };
         if self.validation {
-            let sink = Box::<ValidationSink>::default();
+            let sink = Arc::<ValidationSink>::default();
             let loader = ash::ext::debug_utils::Instance::new(&entry, &instance);
             let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
                 .message_severity(
@@ -159,8 +186,9 @@ impl VulkanContextBuilder {
                 )
                 .pfn_user_callback(Some(on_validation_message))
                 .user_data(&*sink as *const ValidationSink as *mut c_void);
-            // SAFETY: (V1) the sink is boxed, so its address is stable, and it is dropped only
-            // after the messenger is destroyed (`Partial::drop`, `VulkanContext::drop`).
+            // SAFETY: (V1) the sink is behind an `Arc`, so its address is stable, and the
+            // context's count of it is dropped only after the messenger is destroyed
+            // (`Partial::drop`, `VulkanContext::drop`).
             let messenger = unsafe { loader.create_debug_utils_messenger(&info, None) }
                 .map_err(|r| VulkanError::from_vk("vkCreateDebugUtilsMessengerEXT", r, 0))?;
             partial.validation = Some(Validation {
@@ -500,6 +528,15 @@ impl VulkanContext {
             }
             None => Vec::new(),
         }
+    }
+
+    /// The validation messages, in a log that outlives the context (`None` without
+    /// validation): a test drops the context and then checks that destroying the device
+    /// reported nothing, such as an object never destroyed.
+    pub fn validation_log(&self) -> Option<ValidationLog> {
+        self.validation
+            .as_ref()
+            .map(|v| ValidationLog(Arc::clone(&v.sink)))
     }
 
     /// Whether validation is on.

@@ -60,7 +60,8 @@
 //!
 //! - **V1 (ownership of the handles).** A context made by [`VulkanContext::builder`] owns its
 //!   instance, device and debug messenger, which were made together from one loaded entry;
-//!   the messenger's sink is boxed and outlives it. A context made by
+//!   the messenger's sink is behind an `Arc` the context holds until after the messenger is
+//!   destroyed (a [`ValidationLog`] may hold it longer). A context made by
 //!   [`VulkanContext::from_raw`] borrows the caller's handles and destroys none of them.
 //! - **V2 (threads).** Vulkan handles may be used from any thread. The one externally
 //!   synchronized call, queue submission, goes through the context's queue lock; a staging
@@ -112,7 +113,7 @@ mod staging;
 pub use allocator::{MemoryReport, VulkanAllocator, VulkanAllocatorBuilder};
 pub use ash;
 pub use buffer::DeviceBuffer;
-pub use context::{HeapBudget, VulkanContext, VulkanContextBuilder};
+pub use context::{HeapBudget, ValidationLog, VulkanContext, VulkanContextBuilder};
 pub use error::{VulkanError, WrappedError};
 pub use fault::Fault;
 pub use slab::SLAB_MAX;
