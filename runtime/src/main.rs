@@ -1,0 +1,657 @@
+//! The runtime: serves a stream of requests whose shapes vary as serving traffic does, with
+//! each cache in turn holding the compiled kernels and the reordered weights, checks every
+//! response against the plain reference, and prints a table per cache with the speed-up of
+//! runcache over each alternative in the same run.
+//!
+//! ```text
+//! cargo run --release -p runcache-runtime -- [options]
+//!
+//!   --cache C,..        runcache, moka, quick_cache, mutex-hashmap, none (default: all five)
+//!   --threads N         serving threads (default 2)
+//!   --requests N        requests per cache (default 1500)
+//!   --kernels N         kernels a cache holds (default 1024)
+//!   --seed N            the model's and the requests' seed (default 42)
+//!   --json              one JSON object per cache instead of the table
+//!   -h, --help          this text
+//!
+//! RUNCACHE_CONSTANT_CACHE_CAPACITY   runcache's weight budget (see runcache::constant)
+//! ```
+
+use runcache::constant::{self, ConstantKey};
+use runcache::{Cache, ConstantBuffer, DeviceKind, Handle};
+use runcache_runtime::model::{self, reorder, Mlp};
+use runcache_runtime::{forward, Kernel, KernelError, Shape};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::ops::Deref;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The model's layer widths: input, two hidden layers, output.
+const WIDTHS: [usize; 4] = [32, 64, 64, 32];
+/// Batch sizes and how often each comes (serving traffic: mostly small batches).
+const BATCHES: [(usize, u64); 4] = [(1, 50), (2, 25), (4, 15), (8, 10)];
+/// Sequence lengths are multiples of this, up to `SEQ_STEPS` of them.
+const SEQ_STEP: usize = 8;
+const SEQ_STEPS: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    Runcache,
+    Moka,
+    QuickCache,
+    MutexHashMap,
+    None,
+}
+
+impl Choice {
+    const ALL: [Choice; 5] = [
+        Choice::Runcache,
+        Choice::Moka,
+        Choice::QuickCache,
+        Choice::MutexHashMap,
+        Choice::None,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Choice::Runcache => "runcache",
+            Choice::Moka => "moka",
+            Choice::QuickCache => "quick_cache",
+            Choice::MutexHashMap => "mutex-hashmap",
+            Choice::None => "none",
+        }
+    }
+}
+
+struct Options {
+    caches: Vec<Choice>,
+    threads: usize,
+    requests: usize,
+    kernels: usize,
+    seed: u64,
+    json: bool,
+}
+
+fn usage() -> String {
+    let usage: Vec<&str> = include_str!("main.rs")
+        .lines()
+        .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
+        .skip_while(|l| !l.starts_with("```"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .collect();
+    usage.join("\n")
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        caches: Choice::ALL.to_vec(),
+        threads: 2,
+        requests: 1500,
+        kernels: 1024,
+        seed: 42,
+        json: false,
+    };
+    let mut args = args;
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
+        let number = |flag: &str, v: String| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{flag}: `{v}` is not a whole number"))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => {
+                println!("{}", usage());
+                return Ok(None);
+            }
+            "--cache" => {
+                let v = value("--cache")?;
+                o.caches = v
+                    .split(',')
+                    .map(|name| {
+                        Choice::ALL
+                            .into_iter()
+                            .find(|c| c.name() == name)
+                            .ok_or_else(|| {
+                                format!(
+                                    "--cache: unknown cache `{name}` (runcache, moka, \
+                                     quick_cache, mutex-hashmap or none)"
+                                )
+                            })
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--threads" => o.threads = number("--threads", value("--threads")?)?,
+            "--requests" => o.requests = number("--requests", value("--requests")?)?,
+            "--kernels" => o.kernels = number("--kernels", value("--kernels")?)?,
+            "--seed" => o.seed = number("--seed", value("--seed")?)? as u64,
+            "--json" => o.json = true,
+            other => return Err(format!("unknown flag `{other}` (see --help)")),
+        }
+    }
+    for (flag, v) in [
+        ("--threads", o.threads),
+        ("--requests", o.requests),
+        ("--kernels", o.kernels),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag}: must be at least 1"));
+        }
+    }
+    Ok(Some(o))
+}
+
+/// A kernel, as whichever cache handed it out.
+enum HeldKernel {
+    Arc(Arc<Kernel>),
+    Handle(Handle<Arc<Kernel>>),
+}
+
+impl Deref for HeldKernel {
+    type Target = Kernel;
+    fn deref(&self) -> &Kernel {
+        match self {
+            HeldKernel::Arc(a) => a,
+            HeldKernel::Handle(h) => h,
+        }
+    }
+}
+
+/// Reordered weights, as whichever cache handed them out.
+enum HeldWeights {
+    Arc(Arc<[f32]>),
+    /// A host constant buffer made by `weights_buffer` (aligned for `f32`).
+    Buffer(Handle<ConstantBuffer>),
+}
+
+impl Deref for HeldWeights {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            HeldWeights::Arc(a) => a,
+            HeldWeights::Buffer(b) => bytemuck::cast_slice(b.as_slice().unwrap_or(&[])),
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug)]
+enum Failure {
+    Kernel(KernelError),
+    Weights(String),
+}
+
+impl From<KernelError> for Failure {
+    fn from(e: KernelError) -> Self {
+        Failure::Kernel(e)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Kernel(e) => write!(f, "{e}"),
+            Failure::Weights(e) => write!(f, "weights: {e}"),
+        }
+    }
+}
+
+/// The kernel and weight caches of one run, and its counts.
+struct Backend {
+    choice: Choice,
+    kernels_runcache: Option<Cache<Shape, Arc<Kernel>>>,
+    kernels_moka: Option<moka::sync::Cache<Shape, Arc<Kernel>>>,
+    kernels_quick: Option<quick_cache::sync::Cache<Shape, Arc<Kernel>>>,
+    kernels_mutex: Mutex<HashMap<Shape, Arc<Kernel>>>,
+    weights_map: Mutex<HashMap<usize, Arc<[f32]>>>,
+    weights_moka: Option<moka::sync::Cache<usize, Arc<[f32]>>>,
+    weights_quick: Option<quick_cache::sync::Cache<usize, Arc<[f32]>>>,
+    weights_constant: Option<constant::ConstantCache>,
+    compiles: AtomicUsize,
+    lookups: AtomicUsize,
+    reorders: AtomicUsize,
+    compile_nanos: AtomicU64,
+}
+
+impl Backend {
+    fn new(choice: Choice, kernels: usize) -> Self {
+        let mut b = Backend {
+            choice,
+            kernels_runcache: None,
+            kernels_moka: None,
+            kernels_quick: None,
+            kernels_mutex: Mutex::new(HashMap::new()),
+            weights_map: Mutex::new(HashMap::new()),
+            weights_moka: None,
+            weights_quick: None,
+            weights_constant: None,
+            compiles: AtomicUsize::new(0),
+            lookups: AtomicUsize::new(0),
+            reorders: AtomicUsize::new(0),
+            compile_nanos: AtomicU64::new(0),
+        };
+        match choice {
+            Choice::Runcache => {
+                b.kernels_runcache = Some(
+                    Cache::builder()
+                        .capacity(kernels as u64)
+                        .build()
+                        .expect("default shards are valid"),
+                );
+                // The weight budget: the `cpu:` field of RUNCACHE_CONSTANT_CACHE_CAPACITY in
+                // MiB when set, else 64 MiB.
+                let mb = constant::env_capacity_mb(DeviceKind::Cpu).unwrap_or(64);
+                b.weights_constant = Some(constant::ConstantCache::with_capacity_bytes(
+                    DeviceKind::Cpu,
+                    mb << 20,
+                ));
+            }
+            Choice::Moka => {
+                b.kernels_moka = Some(moka::sync::Cache::new(kernels as u64));
+                b.weights_moka = Some(moka::sync::Cache::new(64));
+            }
+            Choice::QuickCache => {
+                b.kernels_quick = Some(quick_cache::sync::Cache::new(kernels));
+                b.weights_quick = Some(quick_cache::sync::Cache::new(64));
+            }
+            Choice::MutexHashMap | Choice::None => {}
+        }
+        b
+    }
+
+    fn compile(&self, shape: Shape) -> Result<Arc<Kernel>, KernelError> {
+        let start = Instant::now();
+        let kernel = Kernel::compile(shape)?;
+        self.compile_nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.compiles.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(kernel))
+    }
+
+    fn kernel(&self, shape: Shape) -> Result<HeldKernel, Failure> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        Ok(match self.choice {
+            Choice::Runcache => {
+                let cache = self.kernels_runcache.as_ref().expect("made for runcache");
+                HeldKernel::Handle(
+                    cache
+                        .try_get_or_insert_with(shape, || self.compile(shape))
+                        .map_err(|e| Failure::Kernel((*e).clone()))?,
+                )
+            }
+            Choice::Moka => {
+                let cache = self.kernels_moka.as_ref().expect("made for moka");
+                HeldKernel::Arc(
+                    cache
+                        .try_get_with(shape, || self.compile(shape))
+                        .map_err(|e| Failure::Kernel((*e).clone()))?,
+                )
+            }
+            Choice::QuickCache => {
+                let cache = self.kernels_quick.as_ref().expect("made for quick_cache");
+                HeldKernel::Arc(cache.get_or_insert_with(&shape, || self.compile(shape))?)
+            }
+            Choice::MutexHashMap => {
+                let found = self.kernels_mutex.lock().unwrap().get(&shape).cloned();
+                match found {
+                    Some(k) => HeldKernel::Arc(k),
+                    None => {
+                        // Compiled outside the lock, as a simple runtime would: two threads
+                        // that miss together both compile.
+                        let k = self.compile(shape)?;
+                        let mut map = self.kernels_mutex.lock().unwrap();
+                        HeldKernel::Arc(Arc::clone(map.entry(shape).or_insert(k)))
+                    }
+                }
+            }
+            Choice::None => HeldKernel::Arc(self.compile(shape)?),
+        })
+    }
+
+    fn reordered(&self, mlp: &Mlp, layer: usize) -> Arc<[f32]> {
+        self.reorders.fetch_add(1, Ordering::Relaxed);
+        let l = &mlp.layers[layer];
+        reorder(&l.weights, l.k, l.n).into()
+    }
+
+    fn weights(&self, mlp: &Mlp, layer: usize) -> Result<HeldWeights, Failure> {
+        Ok(match self.choice {
+            Choice::Runcache => {
+                let cache = self.weights_constant.as_ref().expect("made for runcache");
+                let l = &mlp.layers[layer];
+                let bytes = l.k * l.n * 4;
+                let added = cache
+                    .get_or_add(ConstantKey::new(1, layer as u64), bytes, || {
+                        weights_buffer(&self.reordered(mlp, layer))
+                    })
+                    .map_err(|e| Failure::Weights(e.to_string()))?;
+                HeldWeights::Buffer(added.buffer)
+            }
+            Choice::Moka => HeldWeights::Arc(
+                self.weights_moka
+                    .as_ref()
+                    .expect("made for moka")
+                    .get_with(layer, || self.reordered(mlp, layer)),
+            ),
+            Choice::QuickCache => HeldWeights::Arc(
+                self.weights_quick
+                    .as_ref()
+                    .expect("made for quick_cache")
+                    .get_or_insert_with(&layer, || Ok::<_, Failure>(self.reordered(mlp, layer)))?,
+            ),
+            Choice::MutexHashMap => {
+                let mut map = self.weights_map.lock().unwrap();
+                HeldWeights::Arc(Arc::clone(
+                    map.entry(layer)
+                        .or_insert_with(|| self.reordered(mlp, layer)),
+                ))
+            }
+            Choice::None => HeldWeights::Arc(self.reordered(mlp, layer)),
+        })
+    }
+
+    /// Bytes the caches hold now: kernels' code and weights.
+    fn bytes(&self) -> u64 {
+        let code = |k: &Kernel| k.code_bytes() as u64;
+        let kernels: u64 = match self.choice {
+            Choice::Runcache => self
+                .kernels_runcache
+                .as_ref()
+                .map_or(0, |c| c.pin().iter().map(|(_, k)| code(k)).sum()),
+            Choice::Moka => self
+                .kernels_moka
+                .as_ref()
+                .map_or(0, |c| c.iter().map(|(_, k)| code(&k)).sum()),
+            Choice::QuickCache => self
+                .kernels_quick
+                .as_ref()
+                .map_or(0, |c| c.iter().map(|(_, k)| code(&k)).sum()),
+            Choice::MutexHashMap => self
+                .kernels_mutex
+                .lock()
+                .unwrap()
+                .values()
+                .map(|k| code(k))
+                .sum(),
+            Choice::None => 0,
+        };
+        let weights: u64 = match self.choice {
+            Choice::Runcache => self.weights_constant.as_ref().map_or(0, |c| c.size()),
+            Choice::Moka => self
+                .weights_moka
+                .as_ref()
+                .map_or(0, |c| c.iter().map(|(_, w)| w.len() as u64 * 4).sum()),
+            Choice::QuickCache => self
+                .weights_quick
+                .as_ref()
+                .map_or(0, |c| c.iter().map(|(_, w)| w.len() as u64 * 4).sum()),
+            Choice::MutexHashMap => self
+                .weights_map
+                .lock()
+                .unwrap()
+                .values()
+                .map(|w| w.len() as u64 * 4)
+                .sum(),
+            Choice::None => 0,
+        };
+        kernels + weights
+    }
+}
+
+/// A host constant buffer holding `weights`.
+fn weights_buffer(weights: &[f32]) -> Result<ConstantBuffer, String> {
+    let mut buffer = ConstantBuffer::host(weights.len() * 4).map_err(|e| e.to_string())?;
+    if !buffer.align().is_multiple_of(std::mem::align_of::<f32>()) {
+        return Err(format!(
+            "a host buffer aligned to {} bytes cannot hold f32",
+            buffer.align()
+        ));
+    }
+    let bytes = buffer.as_mut_slice().ok_or("a host buffer has bytes")?;
+    bytes.copy_from_slice(bytemuck::cast_slice(weights));
+    Ok(buffer)
+}
+
+/// The rows of request `r`: a batch size and a sequence length drawn from skewed mixes.
+fn request_rows(seed: u64, r: usize) -> usize {
+    let mut next = model::xorshift(seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let total: u64 = BATCHES.iter().map(|b| b.1).sum();
+    let mut pick = next() % total;
+    let batch = BATCHES
+        .iter()
+        .find(|(_, w)| {
+            let hit = pick < *w;
+            pick = pick.saturating_sub(*w);
+            hit
+        })
+        .map_or(1, |b| b.0);
+    // Sequence steps with weight 1/(s+1)^1.2: a few short lengths hot, a long tail cold.
+    let weights: Vec<f64> = (0..SEQ_STEPS)
+        .map(|s| 1.0 / ((s + 1) as f64).powf(1.2))
+        .collect();
+    let sum: f64 = weights.iter().sum();
+    let mut u = (next() >> 11) as f64 / (1u64 << 53) as f64 * sum;
+    let step = weights
+        .iter()
+        .position(|w| {
+            u -= w;
+            u < 0.0
+        })
+        .unwrap_or(SEQ_STEPS - 1);
+    batch * (step + 1) * SEQ_STEP
+}
+
+/// What one cache's run measured.
+struct Report {
+    name: &'static str,
+    requests: usize,
+    /// Distinct kernel shapes the requests needed.
+    shapes: usize,
+    failed: usize,
+    mismatches: usize,
+    seconds: f64,
+    p50: Duration,
+    p99: Duration,
+    compiles: usize,
+    lookups: usize,
+    reorders: usize,
+    compile_seconds: f64,
+    peak_bytes: u64,
+}
+
+impl Report {
+    /// Requests per second of serving: the requests over the time the threads spent in
+    /// them (the reference checks between requests are not counted).
+    fn per_second(&self) -> f64 {
+        self.requests as f64 / self.seconds
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        if self.lookups == 0 {
+            return 0.0;
+        }
+        1.0 - self.compiles as f64 / self.lookups as f64
+    }
+}
+
+fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
+    let backend = Backend::new(choice, o.kernels);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let mismatches = AtomicUsize::new(0);
+    let peak = AtomicU64::new(0);
+    let mut latencies: Vec<Duration> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..o.threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let r = next.fetch_add(1, Ordering::Relaxed);
+                        if r >= o.requests {
+                            break mine;
+                        }
+                        let m = request_rows(o.seed, r);
+                        let input = model::request_input(mlp, m, o.seed ^ r as u64);
+                        let began = Instant::now();
+                        let out = forward(
+                            mlp,
+                            &input,
+                            m,
+                            |_, shape| backend.kernel(shape),
+                            |l| backend.weights(mlp, l),
+                        );
+                        mine.push(began.elapsed());
+                        match out {
+                            Ok(out) => {
+                                if out != model::reference(mlp, &input, m) {
+                                    mismatches.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            Err(e) => {
+                                if failed.fetch_add(1, Ordering::Relaxed) < 3 {
+                                    eprintln!("runtime: request {r} failed: {e}");
+                                }
+                            }
+                        }
+                        if r.is_multiple_of(64) {
+                            peak.fetch_max(backend.bytes(), Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a worker panicked"))
+            .collect()
+    });
+    let busy: f64 = latencies.iter().map(Duration::as_secs_f64).sum();
+    let seconds = busy / o.threads as f64;
+    peak.fetch_max(backend.bytes(), Ordering::Relaxed);
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    Report {
+        name: choice.name(),
+        requests: o.requests,
+        shapes: (0..o.requests)
+            .flat_map(|r| {
+                let m = request_rows(o.seed, r);
+                mlp.layers.iter().map(move |l| (m, l.k, l.n, l.relu))
+            })
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        failed: failed.into_inner(),
+        mismatches: mismatches.into_inner(),
+        seconds,
+        p50: at(0.5),
+        p99: at(0.99),
+        compiles: backend.compiles.load(Ordering::Relaxed),
+        lookups: backend.lookups.load(Ordering::Relaxed),
+        reorders: backend.reorders.load(Ordering::Relaxed),
+        compile_seconds: backend.compile_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        peak_bytes: peak.into_inner(),
+    }
+}
+
+fn main() -> ExitCode {
+    let o = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(o)) => o,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(problem) = constant::env_report().parsed.errors.first() {
+        eprintln!("runtime: RUNCACHE_CONSTANT_CACHE_CAPACITY: {problem}");
+        return ExitCode::from(2);
+    }
+    let mlp = Mlp::generate(&WIDTHS, o.seed).expect("the built-in widths are valid");
+    if !o.json {
+        println!(
+            "model: MLP {WIDTHS:?}, kernels JIT-compiled per (rows, layer) with Cranelift; \
+             {} requests per cache on {} thread(s)",
+            o.requests, o.threads
+        );
+    }
+    let reports: Vec<Report> = o.caches.iter().map(|&c| serve(&mlp, c, &o)).collect();
+    if o.json {
+        for r in &reports {
+            println!(
+                "{{\"cache\":\"{}\",\"requests\":{},\"shapes\":{},\"failed\":{},\"mismatches\":{},\
+                 \"requests_per_second\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\
+                 \"compiles\":{},\"compiles_avoided\":{},\"hit_ratio\":{:.4},\
+                 \"weight_reorders\":{},\"compile_seconds\":{:.3},\"peak_cache_bytes\":{}}}",
+                r.name,
+                r.requests,
+                r.shapes,
+                r.failed,
+                r.mismatches,
+                r.per_second(),
+                r.p50.as_secs_f64() * 1e3,
+                r.p99.as_secs_f64() * 1e3,
+                r.compiles,
+                r.lookups - r.compiles,
+                r.hit_ratio(),
+                r.reorders,
+                r.compile_seconds,
+                r.peak_bytes
+            );
+        }
+    } else {
+        print_table(&reports);
+    }
+    let bad = reports.iter().any(|r| r.mismatches > 0);
+    if bad {
+        eprintln!("runtime: a response differed from the reference");
+        return ExitCode::FAILURE;
+    }
+    if reports.iter().any(|r| r.failed > 0) {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_table(reports: &[Report]) {
+    println!(
+        "\n{:<14} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>11}",
+        "cache",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "compiles",
+        "avoided",
+        "hits",
+        "reorders",
+        "peak bytes"
+    );
+    for r in reports {
+        println!(
+            "{:<14} {:>10.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>6.1}% {:>9} {:>11}",
+            r.name,
+            r.per_second(),
+            r.p50.as_secs_f64() * 1e3,
+            r.p99.as_secs_f64() * 1e3,
+            r.compiles,
+            r.lookups - r.compiles,
+            100.0 * r.hit_ratio(),
+            r.reorders,
+            r.peak_bytes
+        );
+    }
+    if let Some(ours) = reports.iter().find(|r| r.name == "runcache") {
+        let mut line = String::from("\nruncache speed-up (requests/s):");
+        for r in reports.iter().filter(|r| r.name != "runcache") {
+            let _ = write!(
+                line,
+                " {:.2}x {}",
+                ours.per_second() / r.per_second(),
+                r.name
+            );
+        }
+        println!("{line}");
+    }
+}
