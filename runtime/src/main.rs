@@ -16,18 +16,26 @@
 //!
 //! RUNCACHE_CONSTANT_CACHE_CAPACITY   runcache's weight budget (see runcache::constant)
 //! ```
+//!
+//! On a terminal a progress bar follows each cache's run (plain lines otherwise); Ctrl-C
+//! stops the run and prints the figures so far.
 
 use runcache::constant::{self, ConstantKey};
+use runcache::pool::PoolManager;
 use runcache::{Cache, ConstantBuffer, DeviceKind, Handle};
 use runcache_runtime::model::{self, reorder, Mlp};
-use runcache_runtime::{forward, Kernel, KernelError, Shape};
+use runcache_runtime::{forward, Kernel, KernelError, Scratch, Shape};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 use std::ops::Deref;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Set by Ctrl-C: the serving threads stop taking requests.
+static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The model's layer widths: input, two hidden layers, output.
 const WIDTHS: [usize; 4] = [32, 64, 64, 32];
@@ -466,7 +474,11 @@ impl Report {
     /// Requests per second of serving: the requests over the time the threads spent in
     /// them (the reference checks between requests are not counted).
     fn per_second(&self) -> f64 {
-        self.requests as f64 / self.seconds
+        if self.seconds > 0.0 {
+            self.requests as f64 / self.seconds
+        } else {
+            0.0
+        }
     }
 
     fn hit_ratio(&self) -> f64 {
@@ -479,7 +491,24 @@ impl Report {
 
 fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
     let backend = Backend::new(choice, o.kernels);
+    // One scratch pool per serving thread at most; a pool keeps its buffers' capacity.
+    let scratch = PoolManager::builder(Scratch::default)
+        .max_pools(o.threads)
+        .build()
+        .expect("at least one pool");
     let next = AtomicUsize::new(0);
+    let bar = if std::io::stderr().is_terminal() && !o.json {
+        let bar = indicatif::ProgressBar::new(o.requests as u64);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg:>14} [{bar:30}] {pos}/{len} {per_sec}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(choice.name());
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let failed = AtomicUsize::new(0);
     let mismatches = AtomicUsize::new(0);
     let peak = AtomicU64::new(0);
@@ -490,18 +519,29 @@ fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
                     let mut mine = Vec::new();
                     loop {
                         let r = next.fetch_add(1, Ordering::Relaxed);
-                        if r >= o.requests {
+                        if r >= o.requests || STOP.load(Ordering::Relaxed) {
                             break mine;
                         }
+                        bar.inc(1);
                         let m = request_rows(o.seed, r);
                         let input = model::request_input(mlp, m, o.seed ^ r as u64);
                         let began = Instant::now();
+                        // Activations go to a scratch pool reserved for the request.
+                        let mut scratch = match scratch.reserve() {
+                            Ok(s) => s,
+                            Err(e) => {
+                                eprintln!("runtime: request {r}: no scratch: {e}");
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                        };
                         let out = forward(
                             mlp,
                             &input,
                             m,
                             |_, shape| backend.kernel(shape),
                             |l| backend.weights(mlp, l),
+                            &mut scratch,
                         );
                         mine.push(began.elapsed());
                         match out {
@@ -528,15 +568,22 @@ fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
             .flat_map(|w| w.join().expect("a worker panicked"))
             .collect()
     });
+    bar.finish_and_clear();
+    let served = latencies.len();
     let busy: f64 = latencies.iter().map(Duration::as_secs_f64).sum();
     let seconds = busy / o.threads as f64;
     peak.fetch_max(backend.bytes(), Ordering::Relaxed);
     latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    let at = |q: f64| {
+        latencies
+            .get(((served.max(1) - 1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
     Report {
         name: choice.name(),
-        requests: o.requests,
-        shapes: (0..o.requests)
+        requests: served,
+        shapes: (0..served)
             .flat_map(|r| {
                 let m = request_rows(o.seed, r);
                 mlp.layers.iter().map(move |l| (m, l.k, l.n, l.relu))
@@ -577,7 +624,24 @@ fn main() -> ExitCode {
             o.requests, o.threads
         );
     }
-    let reports: Vec<Report> = o.caches.iter().map(|&c| serve(&mlp, c, &o)).collect();
+    if let Err(e) = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed)) {
+        eprintln!("runtime: Ctrl-C will not print the figures so far: {e}");
+    }
+    let mut reports = Vec::new();
+    for &c in &o.caches {
+        let report = serve(&mlp, c, &o);
+        if !o.json && !std::io::stderr().is_terminal() {
+            eprintln!(
+                "{}: {} requests served in {:.2} s of serving time",
+                report.name, report.requests, report.seconds
+            );
+        }
+        reports.push(report);
+        if STOP.load(Ordering::Relaxed) {
+            eprintln!("runtime: interrupted; the figures so far:");
+            break;
+        }
+    }
     if o.json {
         for r in &reports {
             println!(
@@ -617,8 +681,9 @@ fn main() -> ExitCode {
 
 fn print_table(reports: &[Report]) {
     println!(
-        "\n{:<14} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>11}",
+        "\n{:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>11}",
         "cache",
+        "requests",
         "req/s",
         "p50 ms",
         "p99 ms",
@@ -630,8 +695,9 @@ fn print_table(reports: &[Report]) {
     );
     for r in reports {
         println!(
-            "{:<14} {:>10.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>6.1}% {:>9} {:>11}",
+            "{:<14} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>6.1}% {:>9} {:>11}",
             r.name,
+            r.requests,
             r.per_second(),
             r.p50.as_secs_f64() * 1e3,
             r.p99.as_secs_f64() * 1e3,
@@ -644,7 +710,10 @@ fn print_table(reports: &[Report]) {
     }
     if let Some(ours) = reports.iter().find(|r| r.name == "runcache") {
         let mut line = String::from("\nruncache speed-up (requests/s):");
-        for r in reports.iter().filter(|r| r.name != "runcache") {
+        for r in reports
+            .iter()
+            .filter(|r| r.name != "runcache" && r.per_second() > 0.0)
+        {
             let _ = write!(
                 line,
                 " {:.2}x {}",

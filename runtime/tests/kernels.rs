@@ -2,7 +2,7 @@
 //! typed errors for shapes and operands that do not fit, and kernels shared across threads.
 
 use runcache_runtime::model::{self, reference_layer, reorder, Layer, Mlp};
-use runcache_runtime::{forward, Kernel, KernelError, Shape};
+use runcache_runtime::{forward, Kernel, KernelError, Scratch, Shape};
 use std::sync::Arc;
 
 fn layer_of(mlp: &Mlp, l: usize) -> &Layer {
@@ -55,16 +55,24 @@ fn the_forward_pass_matches_the_reference_model() {
         .map(|l| reorder(&l.weights, l.k, l.n))
         .collect();
     let m = 12;
-    let input = model::request_input(&mlp, m, 9);
-    let out = forward(
-        &mlp,
-        &input,
-        m,
-        |_, shape| Kernel::compile(shape).map(Box::new),
-        |l| Ok::<_, KernelError>(blocked[l].as_slice()),
-    )
-    .unwrap();
-    assert_eq!(out, model::reference(&mlp, &input, m));
+    let mut scratch = Scratch::default();
+    for m in [m, 3, m] {
+        let input = model::request_input(&mlp, m, m as u64);
+        let out = forward(
+            &mlp,
+            &input,
+            m,
+            |_, shape| Kernel::compile(shape).map(Box::new),
+            |l| Ok::<_, KernelError>(blocked[l].as_slice()),
+            &mut scratch,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            model::reference(&mlp, &input, m),
+            "scratch reused, m {m}"
+        );
+    }
 }
 
 #[test]

@@ -106,3 +106,39 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
     }
     assert!(text.contains("default"), "{text}");
 }
+
+#[test]
+fn ctrl_c_prints_the_figures_so_far() {
+    let child = runtime()
+        .args(["--requests", "100000000", "--cache", "runcache,none"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the runtime runs");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let out = child.wait_with_output().expect("the runtime ends");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("interrupted; the figures so far"),
+        "{stderr}"
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("runcache "))
+        .unwrap_or_else(|| panic!("a runcache row: {stdout}"));
+    let served: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(served > 0 && served < 100_000_000, "{row}");
+    assert!(
+        !stdout.contains("\nnone "),
+        "the run stopped before the next cache: {stdout}"
+    );
+}
