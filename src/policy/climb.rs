@@ -56,7 +56,7 @@ pub(super) struct Climber {
     /// The cache's hits when the current period began.
     start_hits: AtomicU64,
     /// The entries the cache is expected to hold (an entry's weight is `capacity / entries`):
-    /// the builder's guess, then what the cache held when it was first half full (**P4**).
+    /// the builder's guess, then what the cache held at its first eviction (**P4**).
     entries: AtomicU64,
 }
 

@@ -258,7 +258,7 @@ impl<'a, T: Queued> PassLimit<'a, T> {
     }
 
     /// Remembers an evicted hash in the ghost, once there is one.
-    fn forget(&self, hash: u64) {
+    fn remember(&self, hash: u64) {
         if let Some(m) = self.memory {
             m.remember(hash);
         }
@@ -540,7 +540,7 @@ impl<T: Queued> S3Fifo<T> {
     /// and remembers it in the ghost.
     fn evict_main(&self, v: T, limit: &PassLimit<'_, T>) -> T {
         uncount(&self.main_weight, &v);
-        limit.forget(v.hash());
+        limit.remember(v.hash());
         v
     }
 
@@ -629,7 +629,7 @@ impl<T: Queued> S3Fifo<T> {
     /// Takes a small-queue leaver off the queue's total and remembers it in the ghost.
     fn evict_small(&self, c: T, limit: &PassLimit<'_, T>) -> T {
         uncount(&self.small_weight, &c);
-        limit.forget(c.hash());
+        limit.remember(c.hash());
         c
     }
 
