@@ -207,67 +207,86 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// The kernel and weight caches of one run, and its counts.
+/// The kernel and weight caches of one run. One is made per run and never moved after, so
+/// its variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Caches {
+    Runcache {
+        kernels: Cache<Shape, Arc<Kernel>>,
+        /// A CPU constant cache, with its byte budget.
+        weights: constant::ConstantCache,
+    },
+    Moka {
+        kernels: moka::sync::Cache<Shape, Arc<Kernel>>,
+        weights: moka::sync::Cache<usize, Arc<[f32]>>,
+    },
+    QuickCache {
+        kernels: quick_cache::sync::Cache<Shape, Arc<Kernel>>,
+        weights: quick_cache::sync::Cache<usize, Arc<[f32]>>,
+    },
+    /// What a runtime without a cache library writes: a map behind a mutex, each kernel
+    /// compiled outside the lock (two threads that miss together both compile).
+    MutexHashMap {
+        kernels: Mutex<HashMap<Shape, Arc<Kernel>>>,
+        weights: Mutex<HashMap<usize, Arc<[f32]>>>,
+    },
+    /// Every request compiles its kernels and reorders its weights.
+    None,
+}
+
+/// One run's caches and counts.
 struct Backend {
-    choice: Choice,
-    kernels_runcache: Option<Cache<Shape, Arc<Kernel>>>,
-    kernels_moka: Option<moka::sync::Cache<Shape, Arc<Kernel>>>,
-    kernels_quick: Option<quick_cache::sync::Cache<Shape, Arc<Kernel>>>,
-    kernels_mutex: Mutex<HashMap<Shape, Arc<Kernel>>>,
-    weights_map: Mutex<HashMap<usize, Arc<[f32]>>>,
-    weights_moka: Option<moka::sync::Cache<usize, Arc<[f32]>>>,
-    weights_quick: Option<quick_cache::sync::Cache<usize, Arc<[f32]>>>,
-    weights_constant: Option<constant::ConstantCache>,
+    caches: Caches,
     compiles: AtomicUsize,
     lookups: AtomicUsize,
     reorders: AtomicUsize,
     compile_nanos: AtomicU64,
 }
 
+/// Locks a map of the mutex-hashmap runtime (a panic elsewhere leaves the map usable).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Backend {
     fn new(choice: Choice, kernels: usize) -> Self {
-        let mut b = Backend {
-            choice,
-            kernels_runcache: None,
-            kernels_moka: None,
-            kernels_quick: None,
-            kernels_mutex: Mutex::new(HashMap::new()),
-            weights_map: Mutex::new(HashMap::new()),
-            weights_moka: None,
-            weights_quick: None,
-            weights_constant: None,
+        let caches = match choice {
+            Choice::Runcache => {
+                // The weight budget: the `cpu:` field of RUNCACHE_CONSTANT_CACHE_CAPACITY in
+                // MiB when set, else 64 MiB.
+                let mb = constant::env_capacity_mb(DeviceKind::Cpu).unwrap_or(64);
+                Caches::Runcache {
+                    kernels: Cache::builder()
+                        .capacity(kernels as u64)
+                        .build()
+                        .expect("default shards are valid"),
+                    weights: constant::ConstantCache::with_capacity_bytes(
+                        DeviceKind::Cpu,
+                        mb.saturating_mul(1 << 20),
+                    ),
+                }
+            }
+            Choice::Moka => Caches::Moka {
+                kernels: moka::sync::Cache::new(kernels as u64),
+                weights: moka::sync::Cache::new(64),
+            },
+            Choice::QuickCache => Caches::QuickCache {
+                kernels: quick_cache::sync::Cache::new(kernels),
+                weights: quick_cache::sync::Cache::new(64),
+            },
+            Choice::MutexHashMap => Caches::MutexHashMap {
+                kernels: Mutex::new(HashMap::new()),
+                weights: Mutex::new(HashMap::new()),
+            },
+            Choice::None => Caches::None,
+        };
+        Backend {
+            caches,
             compiles: AtomicUsize::new(0),
             lookups: AtomicUsize::new(0),
             reorders: AtomicUsize::new(0),
             compile_nanos: AtomicU64::new(0),
-        };
-        match choice {
-            Choice::Runcache => {
-                b.kernels_runcache = Some(
-                    Cache::builder()
-                        .capacity(kernels as u64)
-                        .build()
-                        .expect("default shards are valid"),
-                );
-                // The weight budget: the `cpu:` field of RUNCACHE_CONSTANT_CACHE_CAPACITY in
-                // MiB when set, else 64 MiB.
-                let mb = constant::env_capacity_mb(DeviceKind::Cpu).unwrap_or(64);
-                b.weights_constant = Some(constant::ConstantCache::with_capacity_bytes(
-                    DeviceKind::Cpu,
-                    mb << 20,
-                ));
-            }
-            Choice::Moka => {
-                b.kernels_moka = Some(moka::sync::Cache::new(kernels as u64));
-                b.weights_moka = Some(moka::sync::Cache::new(64));
-            }
-            Choice::QuickCache => {
-                b.kernels_quick = Some(quick_cache::sync::Cache::new(kernels));
-                b.weights_quick = Some(quick_cache::sync::Cache::new(64));
-            }
-            Choice::MutexHashMap | Choice::None => {}
         }
-        b
     }
 
     fn compile(&self, shape: Shape) -> Result<Arc<Kernel>, KernelError> {
@@ -281,41 +300,32 @@ impl Backend {
 
     fn kernel(&self, shape: Shape) -> Result<HeldKernel, Failure> {
         self.lookups.fetch_add(1, Ordering::Relaxed);
-        Ok(match self.choice {
-            Choice::Runcache => {
-                let cache = self.kernels_runcache.as_ref().expect("made for runcache");
-                HeldKernel::Handle(
-                    cache
-                        .try_get_or_insert_with(shape, || self.compile(shape))
-                        .map_err(|e| Failure::Kernel((*e).clone()))?,
-                )
+        let compile = || self.compile(shape);
+        Ok(match &self.caches {
+            Caches::Runcache { kernels, .. } => HeldKernel::Handle(
+                kernels
+                    .try_get_or_insert_with(shape, compile)
+                    .map_err(|e| Failure::Kernel((*e).clone()))?,
+            ),
+            Caches::Moka { kernels, .. } => HeldKernel::Arc(
+                kernels
+                    .try_get_with(shape, compile)
+                    .map_err(|e| Failure::Kernel((*e).clone()))?,
+            ),
+            Caches::QuickCache { kernels, .. } => {
+                HeldKernel::Arc(kernels.get_or_insert_with(&shape, compile)?)
             }
-            Choice::Moka => {
-                let cache = self.kernels_moka.as_ref().expect("made for moka");
-                HeldKernel::Arc(
-                    cache
-                        .try_get_with(shape, || self.compile(shape))
-                        .map_err(|e| Failure::Kernel((*e).clone()))?,
-                )
-            }
-            Choice::QuickCache => {
-                let cache = self.kernels_quick.as_ref().expect("made for quick_cache");
-                HeldKernel::Arc(cache.get_or_insert_with(&shape, || self.compile(shape))?)
-            }
-            Choice::MutexHashMap => {
-                let found = self.kernels_mutex.lock().unwrap().get(&shape).cloned();
+            Caches::MutexHashMap { kernels, .. } => {
+                let found = lock(kernels).get(&shape).cloned();
                 match found {
                     Some(k) => HeldKernel::Arc(k),
                     None => {
-                        // Compiled outside the lock, as a simple runtime would: two threads
-                        // that miss together both compile.
-                        let k = self.compile(shape)?;
-                        let mut map = self.kernels_mutex.lock().unwrap();
-                        HeldKernel::Arc(Arc::clone(map.entry(shape).or_insert(k)))
+                        let k = compile()?;
+                        HeldKernel::Arc(Arc::clone(lock(kernels).entry(shape).or_insert(k)))
                     }
                 }
             }
-            Choice::None => HeldKernel::Arc(self.compile(shape)?),
+            Caches::None => HeldKernel::Arc(compile()?),
         })
     }
 
@@ -326,86 +336,52 @@ impl Backend {
     }
 
     fn weights(&self, mlp: &Mlp, layer: usize) -> Result<HeldWeights, Failure> {
-        Ok(match self.choice {
-            Choice::Runcache => {
-                let cache = self.weights_constant.as_ref().expect("made for runcache");
+        let reordered = || self.reordered(mlp, layer);
+        Ok(match &self.caches {
+            Caches::Runcache { weights, .. } => {
                 let l = &mlp.layers[layer];
-                let bytes = l.k * l.n * 4;
-                let added = cache
-                    .get_or_add(ConstantKey::new(1, layer as u64), bytes, || {
-                        weights_buffer(&self.reordered(mlp, layer))
+                // A weight the budget cannot hold comes back uncached: reordered again next
+                // time, as a memory-limited runtime must.
+                let added = weights
+                    .get_or_add(ConstantKey::new(1, layer as u64), l.k * l.n * 4, || {
+                        weights_buffer(&reordered())
                     })
                     .map_err(|e| Failure::Weights(e.to_string()))?;
                 HeldWeights::Buffer(added.buffer)
             }
-            Choice::Moka => HeldWeights::Arc(
-                self.weights_moka
-                    .as_ref()
-                    .expect("made for moka")
-                    .get_with(layer, || self.reordered(mlp, layer)),
+            Caches::Moka { weights, .. } => HeldWeights::Arc(weights.get_with(layer, reordered)),
+            Caches::QuickCache { weights, .. } => HeldWeights::Arc(
+                weights.get_or_insert_with(&layer, || Ok::<_, Failure>(reordered()))?,
             ),
-            Choice::QuickCache => HeldWeights::Arc(
-                self.weights_quick
-                    .as_ref()
-                    .expect("made for quick_cache")
-                    .get_or_insert_with(&layer, || Ok::<_, Failure>(self.reordered(mlp, layer)))?,
-            ),
-            Choice::MutexHashMap => {
-                let mut map = self.weights_map.lock().unwrap();
-                HeldWeights::Arc(Arc::clone(
-                    map.entry(layer)
-                        .or_insert_with(|| self.reordered(mlp, layer)),
-                ))
-            }
-            Choice::None => HeldWeights::Arc(self.reordered(mlp, layer)),
+            Caches::MutexHashMap { weights, .. } => HeldWeights::Arc(Arc::clone(
+                lock(weights).entry(layer).or_insert_with(reordered),
+            )),
+            Caches::None => HeldWeights::Arc(reordered()),
         })
     }
 
-    /// Bytes the caches hold now: kernels' code and weights.
+    /// Bytes the caches hold now: the kernels' code and the weights.
     fn bytes(&self) -> u64 {
         let code = |k: &Kernel| k.code_bytes() as u64;
-        let kernels: u64 = match self.choice {
-            Choice::Runcache => self
-                .kernels_runcache
-                .as_ref()
-                .map_or(0, |c| c.pin().iter().map(|(_, k)| code(k)).sum()),
-            Choice::Moka => self
-                .kernels_moka
-                .as_ref()
-                .map_or(0, |c| c.iter().map(|(_, k)| code(&k)).sum()),
-            Choice::QuickCache => self
-                .kernels_quick
-                .as_ref()
-                .map_or(0, |c| c.iter().map(|(_, k)| code(&k)).sum()),
-            Choice::MutexHashMap => self
-                .kernels_mutex
-                .lock()
-                .unwrap()
-                .values()
-                .map(|k| code(k))
-                .sum(),
-            Choice::None => 0,
-        };
-        let weights: u64 = match self.choice {
-            Choice::Runcache => self.weights_constant.as_ref().map_or(0, |c| c.size()),
-            Choice::Moka => self
-                .weights_moka
-                .as_ref()
-                .map_or(0, |c| c.iter().map(|(_, w)| w.len() as u64 * 4).sum()),
-            Choice::QuickCache => self
-                .weights_quick
-                .as_ref()
-                .map_or(0, |c| c.iter().map(|(_, w)| w.len() as u64 * 4).sum()),
-            Choice::MutexHashMap => self
-                .weights_map
-                .lock()
-                .unwrap()
-                .values()
-                .map(|w| w.len() as u64 * 4)
-                .sum(),
-            Choice::None => 0,
-        };
-        kernels + weights
+        let floats = |w: &[f32]| w.len() as u64 * 4;
+        match &self.caches {
+            Caches::Runcache { kernels, weights } => {
+                kernels.pin().iter().map(|(_, k)| code(k)).sum::<u64>() + weights.size()
+            }
+            Caches::Moka { kernels, weights } => {
+                kernels.iter().map(|(_, k)| code(&k)).sum::<u64>()
+                    + weights.iter().map(|(_, w)| floats(&w)).sum::<u64>()
+            }
+            Caches::QuickCache { kernels, weights } => {
+                kernels.iter().map(|(_, k)| code(&k)).sum::<u64>()
+                    + weights.iter().map(|(_, w)| floats(&w)).sum::<u64>()
+            }
+            Caches::MutexHashMap { kernels, weights } => {
+                lock(kernels).values().map(|k| code(k)).sum::<u64>()
+                    + lock(weights).values().map(|w| floats(w)).sum::<u64>()
+            }
+            Caches::None => 0,
+        }
     }
 }
 
