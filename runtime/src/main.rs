@@ -1,7 +1,7 @@
-//! The runtime: serves a stream of requests whose shapes vary as serving traffic does, with
-//! each cache in turn holding the compiled kernels and the reordered weights, checks every
-//! response against the plain reference, and prints a table per cache with the speed-up of
-//! runcache over each alternative in the same run.
+//! The README's main job: serves a stream of requests whose shapes vary as serving traffic
+//! does, with each cache in turn holding the compiled kernels and the reordered weights,
+//! checks every response against the plain reference, and prints a table per cache with the
+//! speed-up of runcache over each alternative in the same run.
 //!
 //! ```text
 //! cargo run --release -p runcache-runtime -- [options]
