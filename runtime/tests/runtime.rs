@@ -142,3 +142,22 @@ fn ctrl_c_prints_the_figures_so_far() {
         "the run stopped before the next cache: {stdout}"
     );
 }
+
+#[test]
+fn a_weight_budget_of_zero_reorders_every_time_and_serves_every_request() {
+    let out = runtime()
+        .args(["--requests", "40", "--cache", "runcache", "--json"])
+        .env("RUNCACHE_CONSTANT_CACHE_CAPACITY", "cpu:0")
+        .output()
+        .expect("the runtime runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let line = stdout.lines().next().expect("one line");
+    assert_eq!(field(line, "failed"), 0.0, "{line}");
+    assert_eq!(field(line, "mismatches"), 0.0, "{line}");
+    assert_eq!(
+        field(line, "weight_reorders"),
+        120.0,
+        "nothing fits: three reorders a request"
+    );
+}
