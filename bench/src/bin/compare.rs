@@ -8,6 +8,8 @@
 //!                                                      # and the plots in docs/bench/
 //! cargo run --release -p runcache-bench --bin compare -- --quick     # a fraction of the operations
 //! cargo run --release -p runcache-bench --bin compare -- --only=hits,churn   # some sections
+//! cargo run --release -p runcache-bench --bin compare -- --only=mixes,threads --plots=DIR
+//!                                                      # the throughput plots, to DIR
 //! ```
 //!
 //! Workloads (the criterion benches measure each one in more detail): hits on Zipf and
@@ -23,7 +25,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hint::black_box;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -449,7 +451,9 @@ fn mixes(scale: &Scale, rows: &mut Vec<Row>) -> Vec<Plot> {
     let mut plots = Vec::new();
     let names = ["runcache", "papaya", "quick_cache", "moka", "dashmap"];
     for mix in MIXES {
-        let streams: Vec<_> = (0..4)
+        // One stream per thread of the widest run (16 where the machine has the cores).
+        let most = curve_threads().last().copied().unwrap_or(1) as u64;
+        let streams: Vec<_> = (0..most)
             .map(|t| mix_ops(mix, scale.mix_ops, 17 + t))
             .collect();
         let mut series = new_series(&names);
@@ -789,6 +793,13 @@ fn targets(rows: &[Row], storm: (f64, u64)) -> String {
         let _ = writeln!(out, "| {what} | {ratio:.2}× | {verdict} |");
     }
     let (time, builds) = storm;
+    if time.is_nan() {
+        // The storm section did not run (`--only`).
+        out.push_str(
+            "| single-flight storm: one build, done within 2× the builder's time | not measured | |\n",
+        );
+        return out;
+    }
     let verdict = if builds == 1 && time <= 2.0 {
         "met"
     } else {
@@ -1053,6 +1064,7 @@ fn main() -> ExitCode {
         "ratio",
     ];
     let mut only: Option<Vec<String>> = None;
+    let mut plots_to: Option<PathBuf> = None;
     for a in &args {
         if let Some(list) = a.strip_prefix("--only=") {
             let list: Vec<String> = list.split(',').map(str::to_string).collect();
@@ -1061,8 +1073,17 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             only = Some(list);
+        } else if let Some(dir) = a.strip_prefix("--plots=") {
+            if dir.is_empty() {
+                eprintln!("--plots= needs a folder");
+                return ExitCode::from(2);
+            }
+            plots_to = Some(PathBuf::from(dir));
         } else if !matches!(a.as_str(), "--write" | "--quick") {
-            eprintln!("unknown argument {a:?}; expected --write, --quick or --only=SECTION,..");
+            eprintln!(
+                "unknown argument {a:?}; expected --write, --quick, --only=SECTION,.. or \
+                 --plots=FOLDER"
+            );
             return ExitCode::from(2);
         }
     }
@@ -1143,7 +1164,24 @@ fn main() -> ExitCode {
         println!("  {:<12} {}", s.label, v.join("  "));
     }
     println!("  capacities   {}", capacities.join("  "));
+    let threads: Vec<String> = curve_threads().iter().map(|t| t.to_string()).collect();
+    for (_, title, series) in &mix_plots {
+        println!("{title} (M ops/s at {} threads):", threads.join(", "));
+        for s in series {
+            let v: Vec<String> = s.values.iter().map(|v| format!("{v:.1}")).collect();
+            println!("  {:<16} {}", s.label, v.join("  "));
+        }
+    }
     eprintln!("took {:.0} s", started.elapsed().as_secs_f64());
+    if let Some(dir) = &plots_to {
+        match write_plots(dir, &mix_plots) {
+            Ok(_) => println!("wrote the throughput plots to {}", dir.display()),
+            Err(e) => {
+                eprintln!("could not write the plots to {}: {e}", dir.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     if write {
         if let Err(e) = write_docs(
             &machine,
@@ -1162,6 +1200,21 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Writes each throughput-against-threads plot to `dir` as `STEM.svg`; returns the Markdown
+/// that shows them from `docs/`.
+fn write_plots(dir: &Path, mix_plots: &[Plot]) -> std::io::Result<String> {
+    std::fs::create_dir_all(dir)?;
+    let threads: Vec<String> = curve_threads().iter().map(|t| t.to_string()).collect();
+    let mut plots = String::new();
+    for (stem, title, series) in mix_plots {
+        let svg = line_chart(title, "M ops/s", XAxis::Categories(&threads), series, None)
+            .map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(format!("{stem}.svg")), svg)?;
+        let _ = writeln!(plots, "![{title}](bench/{stem}.svg)\n");
+    }
+    Ok(plots)
+}
+
 fn write_docs(
     machine: &str,
     table: &str,
@@ -1172,15 +1225,7 @@ fn write_docs(
     scale: &Scale,
 ) -> std::io::Result<()> {
     let dir = Path::new("docs/bench");
-    std::fs::create_dir_all(dir)?;
-    let threads: Vec<String> = curve_threads().iter().map(|t| t.to_string()).collect();
-    let mut plots = String::new();
-    for (stem, title, series) in mix_plots {
-        let svg = line_chart(title, "M ops/s", XAxis::Categories(&threads), series, None)
-            .map_err(std::io::Error::other)?;
-        std::fs::write(dir.join(format!("{stem}.svg")), svg)?;
-        let _ = writeln!(plots, "![{title}](bench/{stem}.svg)\n");
-    }
+    let mut plots = write_plots(dir, mix_plots)?;
     let svg = line_chart(
         "hit ratio vs capacity (Zipf s=0.9, 100k keys)",
         "hit ratio %",
