@@ -7,18 +7,28 @@
 //! cargo run --release -p runcache-runtime -- [options]
 //!
 //!   --cache C,..        runcache, moka, quick_cache, mutex-hashmap, none (default: all five)
-//!   --threads N         serving threads (default 2)
-//!   --requests N        requests per cache (default 1500)
+//!   --threads N,..      serving threads; a list runs each count in turn (default 2)
+//!   --requests N        requests per cache and thread count (default 1500)
 //!   --kernels N         kernels a cache holds (default 1024)
+//!   --hidden N          width of the two hidden layers, a multiple of 8 up to 4096 (default 64)
 //!   --seed N            the model's and the requests' seed (default 42)
-//!   --json              one JSON object per cache instead of the table
+//!   --inject F:P,..     fail on purpose, 1 time in P: `compile` (a kernel's compile) or
+//!                       `oversize` (a request over the model's 4096 rows) (default: none)
+//!   --gpu               reordered weights in Vulkan device buffers (build with
+//!                       --features vulkan); the kernels still run here (default: host)
+//!   --json              one JSON object per cache and thread count instead of the table
+//!   --markdown          the table as Markdown, for docs/BENCHMARKS.md
 //!   -h, --help          this text
 //!
-//! RUNCACHE_CONSTANT_CACHE_CAPACITY   runcache's weight budget (see runcache::constant)
+//! RUNCACHE_CONSTANT_CACHE_CAPACITY   runcache's weight budget in MiB: the `cpu:` field
+//!                                    (default 64), or `gpu:` with --gpu (default: half
+//!                                    the device's budget)
 //! ```
 //!
 //! On a terminal a progress bar follows each cache's run (plain lines otherwise); Ctrl-C
-//! stops the run and prints the figures so far.
+//! stops the run and prints the figures so far. The exit status is 1 when a response differs
+//! from the reference or a request fails for a reason not injected, 2 for a bad flag or
+//! environment.
 
 use runcache::constant::{self, ConstantKey};
 use runcache::pool::PoolManager;
@@ -37,8 +47,14 @@ use std::time::{Duration, Instant};
 /// Set by Ctrl-C: the serving threads stop taking requests.
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// The model's layer widths: input, two hidden layers, output.
-const WIDTHS: [usize; 4] = [32, 64, 64, 32];
+/// The model's input and output widths; `--hidden` sets the two layers between.
+const INPUT: usize = 32;
+const OUTPUT: usize = 32;
+/// The widest hidden layer `--hidden` takes.
+const MAX_HIDDEN: usize = 4096;
+/// The most rows one request may have: the model's limit. Traffic stays under it (at most
+/// 8 × 32 × 8 = 2048 rows) unless `--inject oversize:P` sends requests over it.
+const MAX_ROWS: usize = 4096;
 /// Batch sizes and how often each comes (serving traffic: mostly small batches).
 const BATCHES: [(usize, u64); 4] = [(1, 50), (2, 25), (4, 15), (8, 10)];
 /// Sequence lengths are multiples of this, up to `SEQ_STEPS` of them.
@@ -74,13 +90,30 @@ impl Choice {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Table,
+    Json,
+    Markdown,
+}
+
+/// Failures injected on purpose: each `Some(p)` fails one time in `p`.
+#[derive(Clone, Copy, Default)]
+struct Inject {
+    compile: Option<usize>,
+    oversize: Option<usize>,
+}
+
 struct Options {
     caches: Vec<Choice>,
-    threads: usize,
+    threads: Vec<usize>,
     requests: usize,
     kernels: usize,
+    hidden: usize,
     seed: u64,
-    json: bool,
+    inject: Inject,
+    gpu: bool,
+    output: Output,
 }
 
 fn usage() -> String {
@@ -94,22 +127,51 @@ fn usage() -> String {
     usage.join("\n")
 }
 
+fn number(flag: &str, v: &str) -> Result<usize, String> {
+    v.parse::<usize>()
+        .map_err(|_| format!("{flag}: `{v}` is not a whole number"))
+}
+
+fn parse_inject(v: &str) -> Result<Inject, String> {
+    let mut inject = Inject::default();
+    for item in v.split(',') {
+        let (what, every) = item.split_once(':').ok_or_else(|| {
+            format!("--inject: `{item}` is not FAILURE:P (compile:P or oversize:P)")
+        })?;
+        let every = number(&format!("--inject {what}"), every)?;
+        if every == 0 {
+            return Err(format!(
+                "--inject {what}: P must be at least 1 (1 in P fails)"
+            ));
+        }
+        match what {
+            "compile" => inject.compile = Some(every),
+            "oversize" => inject.oversize = Some(every),
+            other => {
+                return Err(format!(
+                    "--inject: unknown failure `{other}` (compile or oversize)"
+                ))
+            }
+        }
+    }
+    Ok(inject)
+}
+
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
     let mut o = Options {
         caches: Choice::ALL.to_vec(),
-        threads: 2,
+        threads: vec![2],
         requests: 1500,
         kernels: 1024,
+        hidden: 64,
         seed: 42,
-        json: false,
+        inject: Inject::default(),
+        gpu: false,
+        output: Output::Table,
     };
     let mut args = args;
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
-        let number = |flag: &str, v: String| {
-            v.parse::<usize>()
-                .map_err(|_| format!("{flag}: `{v}` is not a whole number"))
-        };
         match arg.as_str() {
             "-h" | "--help" => {
                 println!("{}", usage());
@@ -132,16 +194,26 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                     })
                     .collect::<Result<_, _>>()?;
             }
-            "--threads" => o.threads = number("--threads", value("--threads")?)?,
-            "--requests" => o.requests = number("--requests", value("--requests")?)?,
-            "--kernels" => o.kernels = number("--kernels", value("--kernels")?)?,
-            "--seed" => o.seed = number("--seed", value("--seed")?)? as u64,
-            "--json" => o.json = true,
+            "--threads" => {
+                o.threads = value("--threads")?
+                    .split(',')
+                    .map(|t| number("--threads", t))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--requests" => o.requests = number("--requests", &value("--requests")?)?,
+            "--kernels" => o.kernels = number("--kernels", &value("--kernels")?)?,
+            "--hidden" => o.hidden = number("--hidden", &value("--hidden")?)?,
+            "--seed" => o.seed = number("--seed", &value("--seed")?)? as u64,
+            "--inject" => o.inject = parse_inject(&value("--inject")?)?,
+            "--gpu" => o.gpu = true,
+            "--json" => o.output = Output::Json,
+            "--markdown" => o.output = Output::Markdown,
             other => return Err(format!("unknown flag `{other}` (see --help)")),
         }
     }
+    let fewest = o.threads.iter().copied().min().unwrap_or(0);
     for (flag, v) in [
-        ("--threads", o.threads),
+        ("--threads", fewest),
         ("--requests", o.requests),
         ("--kernels", o.kernels),
     ] {
@@ -149,47 +221,80 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             return Err(format!("{flag}: must be at least 1"));
         }
     }
+    if o.hidden == 0 || !o.hidden.is_multiple_of(8) || o.hidden > MAX_HIDDEN {
+        return Err(format!(
+            "--hidden: {} is not a multiple of 8 from 8 to {MAX_HIDDEN}",
+            o.hidden
+        ));
+    }
     Ok(Some(o))
 }
 
-/// A kernel, as whichever cache handed it out.
-enum HeldKernel {
-    Arc(Arc<Kernel>),
-    Handle(Handle<Arc<Kernel>>),
+/// A kernel or a weight buffer as whichever cache handed it out: an `Arc` from the peers,
+/// runcache's own counted handle (runcache stores the value itself, not an `Arc` of it).
+enum Held<T> {
+    Arc(Arc<T>),
+    Handle(Handle<T>),
 }
 
-impl Deref for HeldKernel {
-    type Target = Kernel;
-    fn deref(&self) -> &Kernel {
+impl<T> Deref for Held<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
         match self {
-            HeldKernel::Arc(a) => a,
-            HeldKernel::Handle(h) => h,
+            Held::Arc(a) => a,
+            Held::Handle(h) => h,
         }
     }
 }
 
-/// Reordered weights, as whichever cache handed them out.
-enum HeldWeights {
-    Arc(Arc<[f32]>),
-    /// A host constant buffer made by `weights_buffer` (aligned for `f32`).
-    Buffer(Handle<ConstantBuffer>),
+/// A layer's reordered weights for one use: the cached buffer, and its floats copied back
+/// when the buffer is in device memory (the kernels run on the host).
+struct HeldWeights {
+    buffer: Held<ConstantBuffer>,
+    copy: Option<Vec<f32>>,
 }
 
 impl Deref for HeldWeights {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        match self {
-            HeldWeights::Arc(a) => a,
-            HeldWeights::Buffer(b) => bytemuck::cast_slice(b.as_slice().unwrap_or(&[])),
+        match &self.copy {
+            Some(copy) => copy,
+            // A host buffer made by `Store::buffer`, checked there to be aligned for f32.
+            None => bytemuck::cast_slice(self.buffer.as_slice().unwrap_or(&[])),
         }
     }
 }
 
-/// Why a request failed.
-#[derive(Debug)]
+/// Why a request failed: counted per kind in the report.
+#[derive(Clone, Debug)]
 enum Failure {
+    /// The request has more rows than the model's limit.
+    Rows { rows: usize, limit: usize },
+    /// A kernel failed to compile or run.
     Kernel(KernelError),
+    /// A compile failed on purpose (`--inject compile:P`).
+    InjectedCompile(Shape),
+    /// The weights could not be made, stored or read back.
     Weights(String),
+    /// No scratch pool could be had.
+    Scratch(String),
+}
+
+impl Failure {
+    /// Whether only a failure injected on purpose leads here.
+    fn injected(&self) -> bool {
+        matches!(self, Failure::Rows { .. } | Failure::InjectedCompile(_))
+    }
+
+    /// The report's count for this kind: rows, compile, weights or other.
+    fn slot(&self) -> usize {
+        match self {
+            Failure::Rows { .. } => 0,
+            Failure::Kernel(_) | Failure::InjectedCompile(_) => 1,
+            Failure::Weights(_) => 2,
+            Failure::Scratch(_) => 3,
+        }
+    }
 }
 
 impl From<KernelError> for Failure {
@@ -201,8 +306,193 @@ impl From<KernelError> for Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Failure::Rows { rows, limit } => {
+                write!(f, "{rows} rows are over the model's limit of {limit}")
+            }
             Failure::Kernel(e) => write!(f, "{e}"),
+            Failure::InjectedCompile(shape) => {
+                write!(f, "compiling {shape} failed (injected by --inject compile)")
+            }
             Failure::Weights(e) => write!(f, "weights: {e}"),
+            Failure::Scratch(e) => write!(f, "no scratch: {e}"),
+        }
+    }
+}
+
+/// An error and its sources, each after a colon: what a user needs to see of a failure.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        let _ = write!(text, ": {source}");
+        next = source.source();
+    }
+    text
+}
+
+/// Where the reordered weights live. One is made per process and never moved, so its
+/// variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Store {
+    Host,
+    /// Device-local buffers of this allocator.
+    #[cfg(feature = "vulkan")]
+    Device(runcache::vulkan::VulkanAllocator),
+}
+
+impl Store {
+    /// Opens the device for `--gpu`.
+    fn open(gpu: bool) -> Result<Store, String> {
+        if !gpu {
+            return Ok(Store::Host);
+        }
+        #[cfg(feature = "vulkan")]
+        {
+            use runcache::vulkan::{VulkanAllocator, VulkanContext};
+            let ctx = VulkanContext::builder()
+                .build()
+                .map_err(|e| format!("--gpu: {}", chain(&e)))?;
+            let allocator =
+                VulkanAllocator::new(ctx).map_err(|e| format!("--gpu: {}", chain(&e)))?;
+            Ok(Store::Device(allocator))
+        }
+        #[cfg(not(feature = "vulkan"))]
+        Err(
+            "--gpu needs the `vulkan` feature: cargo run --release -p runcache-runtime \
+             --features vulkan -- --gpu"
+                .into(),
+        )
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Store::Host => "host memory".into(),
+            #[cfg(feature = "vulkan")]
+            Store::Device(a) => format!("Vulkan device buffers on {}", a.context().device_name()),
+        }
+    }
+
+    /// runcache's weight cache here, with its budget.
+    fn constant_cache(&self) -> constant::ConstantCache {
+        match self {
+            Store::Host => {
+                let mb = constant::env_capacity_mb(DeviceKind::Cpu).unwrap_or(64);
+                constant::ConstantCache::with_capacity_bytes(
+                    DeviceKind::Cpu,
+                    mb.saturating_mul(1 << 20),
+                )
+            }
+            #[cfg(feature = "vulkan")]
+            Store::Device(a) => runcache::vulkan::constant_cache(a),
+        }
+    }
+
+    /// A buffer holding `weights`: host memory, or uploaded to the device.
+    fn buffer(&self, weights: &[f32]) -> Result<ConstantBuffer, Failure> {
+        match self {
+            Store::Host => {
+                let mut buffer = ConstantBuffer::host(weights.len() * 4)
+                    .map_err(|e| Failure::Weights(chain(&e)))?;
+                if !buffer.align().is_multiple_of(std::mem::align_of::<f32>()) {
+                    return Err(Failure::Weights(format!(
+                        "a host buffer aligned to {} bytes cannot hold f32",
+                        buffer.align()
+                    )));
+                }
+                let bytes = buffer
+                    .as_mut_slice()
+                    .ok_or_else(|| Failure::Weights("a host buffer without bytes".into()))?;
+                bytes.copy_from_slice(bytemuck::cast_slice(weights));
+                Ok(buffer)
+            }
+            #[cfg(feature = "vulkan")]
+            Store::Device(a) => a
+                .upload_constant(bytemuck::cast_slice(weights))
+                .map_err(|e| Failure::Weights(chain(&e))),
+        }
+    }
+
+    /// `buffer`'s floats for the host kernels: none needed for a host buffer, a copy read
+    /// back for a device one.
+    fn copy_back(&self, buffer: &ConstantBuffer) -> Result<Option<Vec<f32>>, Failure> {
+        if buffer.as_slice().is_some() {
+            return Ok(None);
+        }
+        match self {
+            Store::Host => Err(Failure::Weights("a device buffer in the host store".into())),
+            #[cfg(feature = "vulkan")]
+            Store::Device(a) => {
+                let device = buffer
+                    .device_memory::<runcache::vulkan::DeviceBuffer>()
+                    .ok_or_else(|| Failure::Weights("not a Vulkan buffer".into()))?;
+                let bytes = a
+                    .read(device, 0, buffer.size() as u64)
+                    .map_err(|e| Failure::Weights(chain(&e)))?;
+                Ok(Some(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect(),
+                ))
+            }
+        }
+    }
+}
+
+/// A peer's cache of `V`s by `K`, holding `Arc`s: what a runtime would use instead of
+/// runcache.
+enum Peer<K, V> {
+    Moka(moka::sync::Cache<K, Arc<V>>),
+    QuickCache(quick_cache::sync::Cache<K, Arc<V>>),
+    /// What a runtime without a cache library writes: a map behind a mutex, each value built
+    /// outside the lock (two threads that miss together both build; the first insert wins).
+    MutexHashMap(Mutex<HashMap<K, Arc<V>>>),
+    /// Every lookup builds.
+    None,
+}
+
+impl<K, V> Peer<K, V>
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+{
+    fn new(choice: Choice, capacity: usize) -> Self {
+        match choice {
+            Choice::Moka => Peer::Moka(moka::sync::Cache::new(capacity as u64)),
+            Choice::QuickCache => Peer::QuickCache(quick_cache::sync::Cache::new(capacity)),
+            Choice::MutexHashMap => Peer::MutexHashMap(Mutex::new(HashMap::new())),
+            Choice::Runcache | Choice::None => Peer::None,
+        }
+    }
+
+    /// The value for `key`, built by `build` on a miss.
+    fn get_or_build(
+        &self,
+        key: K,
+        build: impl FnOnce() -> Result<V, Failure>,
+    ) -> Result<Arc<V>, Failure> {
+        let build = || build().map(Arc::new);
+        match self {
+            Peer::Moka(c) => c.try_get_with(key, build).map_err(|e| (*e).clone()),
+            Peer::QuickCache(c) => c.get_or_insert_with(&key, build),
+            Peer::MutexHashMap(m) => {
+                if let Some(found) = lock(m).get(&key).cloned() {
+                    return Ok(found);
+                }
+                let built = build()?;
+                Ok(Arc::clone(lock(m).entry(key).or_insert(built)))
+            }
+            Peer::None => build(),
+        }
+    }
+
+    /// The sum of `measure` over the values held.
+    fn sum(&self, measure: impl Fn(&V) -> u64) -> u64 {
+        match self {
+            Peer::Moka(c) => c.iter().map(|(_, v)| measure(&v)).sum(),
+            Peer::QuickCache(c) => c.iter().map(|(_, v)| measure(&v)).sum(),
+            Peer::MutexHashMap(m) => lock(m).values().map(|v| measure(v)).sum(),
+            Peer::None => 0,
         }
     }
 }
@@ -212,31 +502,23 @@ impl std::fmt::Display for Failure {
 #[allow(clippy::large_enum_variant)]
 enum Caches {
     Runcache {
-        kernels: Cache<Shape, Arc<Kernel>>,
-        /// A CPU constant cache, with its byte budget.
+        kernels: Cache<Shape, Kernel>,
+        /// A constant cache of the store's device, with its byte budget.
         weights: constant::ConstantCache,
     },
-    Moka {
-        kernels: moka::sync::Cache<Shape, Arc<Kernel>>,
-        weights: moka::sync::Cache<usize, Arc<[f32]>>,
+    Peer {
+        kernels: Peer<Shape, Kernel>,
+        weights: Peer<usize, ConstantBuffer>,
     },
-    QuickCache {
-        kernels: quick_cache::sync::Cache<Shape, Arc<Kernel>>,
-        weights: quick_cache::sync::Cache<usize, Arc<[f32]>>,
-    },
-    /// What a runtime without a cache library writes: a map behind a mutex, each kernel
-    /// compiled outside the lock (two threads that miss together both compile).
-    MutexHashMap {
-        kernels: Mutex<HashMap<Shape, Arc<Kernel>>>,
-        weights: Mutex<HashMap<usize, Arc<[f32]>>>,
-    },
-    /// Every request compiles its kernels and reorders its weights.
-    None,
 }
 
 /// One run's caches and counts.
-struct Backend {
+struct Backend<'s> {
     caches: Caches,
+    store: &'s Store,
+    inject: Inject,
+    /// Compiles started, failed ones included (for `--inject compile:P`).
+    attempts: AtomicUsize,
     compiles: AtomicUsize,
     lookups: AtomicUsize,
     reorders: AtomicUsize,
@@ -248,40 +530,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Backend {
-    fn new(choice: Choice, kernels: usize) -> Self {
+impl<'s> Backend<'s> {
+    fn new(choice: Choice, o: &Options, store: &'s Store) -> Self {
         let caches = match choice {
-            Choice::Runcache => {
-                // The weight budget: the `cpu:` field of RUNCACHE_CONSTANT_CACHE_CAPACITY in
-                // MiB when set, else 64 MiB.
-                let mb = constant::env_capacity_mb(DeviceKind::Cpu).unwrap_or(64);
-                Caches::Runcache {
-                    kernels: Cache::builder()
-                        .capacity(kernels as u64)
-                        .build()
-                        .expect("default shards are valid"),
-                    weights: constant::ConstantCache::with_capacity_bytes(
-                        DeviceKind::Cpu,
-                        mb.saturating_mul(1 << 20),
-                    ),
-                }
-            }
-            Choice::Moka => Caches::Moka {
-                kernels: moka::sync::Cache::new(kernels as u64),
-                weights: moka::sync::Cache::new(64),
+            Choice::Runcache => Caches::Runcache {
+                kernels: Cache::builder()
+                    .capacity(o.kernels as u64)
+                    .build()
+                    .expect("default shards are valid"),
+                weights: store.constant_cache(),
             },
-            Choice::QuickCache => Caches::QuickCache {
-                kernels: quick_cache::sync::Cache::new(kernels),
-                weights: quick_cache::sync::Cache::new(64),
+            peer => Caches::Peer {
+                kernels: Peer::new(peer, o.kernels),
+                weights: Peer::new(peer, 64),
             },
-            Choice::MutexHashMap => Caches::MutexHashMap {
-                kernels: Mutex::new(HashMap::new()),
-                weights: Mutex::new(HashMap::new()),
-            },
-            Choice::None => Caches::None,
         };
         Backend {
             caches,
+            store,
+            inject: o.inject,
+            attempts: AtomicUsize::new(0),
             compiles: AtomicUsize::new(0),
             lookups: AtomicUsize::new(0),
             reorders: AtomicUsize::new(0),
@@ -289,119 +557,85 @@ impl Backend {
         }
     }
 
-    fn compile(&self, shape: Shape) -> Result<Arc<Kernel>, KernelError> {
+    fn compile(&self, shape: Shape) -> Result<Kernel, Failure> {
+        let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        if self
+            .inject
+            .compile
+            .is_some_and(|every| attempt.is_multiple_of(every))
+        {
+            return Err(Failure::InjectedCompile(shape));
+        }
         let start = Instant::now();
         let kernel = Kernel::compile(shape)?;
         self.compile_nanos
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.compiles.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(kernel))
+        Ok(kernel)
     }
 
-    fn kernel(&self, shape: Shape) -> Result<HeldKernel, Failure> {
+    fn kernel(&self, shape: Shape) -> Result<Held<Kernel>, Failure> {
         self.lookups.fetch_add(1, Ordering::Relaxed);
         let compile = || self.compile(shape);
         Ok(match &self.caches {
-            Caches::Runcache { kernels, .. } => HeldKernel::Handle(
+            Caches::Runcache { kernels, .. } => Held::Handle(
                 kernels
                     .try_get_or_insert_with(shape, compile)
-                    .map_err(|e| Failure::Kernel((*e).clone()))?,
+                    .map_err(|e| (*e).clone())?,
             ),
-            Caches::Moka { kernels, .. } => HeldKernel::Arc(
-                kernels
-                    .try_get_with(shape, compile)
-                    .map_err(|e| Failure::Kernel((*e).clone()))?,
-            ),
-            Caches::QuickCache { kernels, .. } => {
-                HeldKernel::Arc(kernels.get_or_insert_with(&shape, compile)?)
-            }
-            Caches::MutexHashMap { kernels, .. } => {
-                let found = lock(kernels).get(&shape).cloned();
-                match found {
-                    Some(k) => HeldKernel::Arc(k),
-                    None => {
-                        let k = compile()?;
-                        HeldKernel::Arc(Arc::clone(lock(kernels).entry(shape).or_insert(k)))
-                    }
-                }
-            }
-            Caches::None => HeldKernel::Arc(compile()?),
+            Caches::Peer { kernels, .. } => Held::Arc(kernels.get_or_build(shape, compile)?),
         })
     }
 
-    fn reordered(&self, mlp: &Mlp, layer: usize) -> Arc<[f32]> {
+    /// Layer `layer`'s weights reordered into a buffer of the store.
+    fn reordered(&self, mlp: &Mlp, layer: usize) -> Result<ConstantBuffer, Failure> {
         self.reorders.fetch_add(1, Ordering::Relaxed);
         let l = &mlp.layers[layer];
-        reorder(&l.weights, l.k, l.n).into()
+        self.store.buffer(&reorder(&l.weights, l.k, l.n))
     }
 
     fn weights(&self, mlp: &Mlp, layer: usize) -> Result<HeldWeights, Failure> {
         let reordered = || self.reordered(mlp, layer);
-        Ok(match &self.caches {
+        let buffer = match &self.caches {
             Caches::Runcache { weights, .. } => {
                 let l = &mlp.layers[layer];
                 // A weight the budget cannot hold comes back uncached: reordered again next
                 // time, as a memory-limited runtime must.
                 let added = weights
-                    .get_or_add(ConstantKey::new(1, layer as u64), l.k * l.n * 4, || {
-                        weights_buffer(&reordered())
-                    })
-                    .map_err(|e| Failure::Weights(e.to_string()))?;
-                HeldWeights::Buffer(added.buffer)
+                    .get_or_add(ConstantKey::new(1, layer as u64), l.k * l.n * 4, reordered)
+                    .map_err(|e| Failure::Weights(chain(&e)))?;
+                Held::Handle(added.buffer)
             }
-            Caches::Moka { weights, .. } => HeldWeights::Arc(weights.get_with(layer, reordered)),
-            Caches::QuickCache { weights, .. } => HeldWeights::Arc(
-                weights.get_or_insert_with(&layer, || Ok::<_, Failure>(reordered()))?,
-            ),
-            Caches::MutexHashMap { weights, .. } => HeldWeights::Arc(Arc::clone(
-                lock(weights).entry(layer).or_insert_with(reordered),
-            )),
-            Caches::None => HeldWeights::Arc(reordered()),
-        })
+            Caches::Peer { weights, .. } => Held::Arc(weights.get_or_build(layer, reordered)?),
+        };
+        let copy = self.store.copy_back(&buffer)?;
+        Ok(HeldWeights { buffer, copy })
     }
 
     /// Bytes the caches hold now: the kernels' code and the weights.
     fn bytes(&self) -> u64 {
         let code = |k: &Kernel| k.code_bytes() as u64;
-        let floats = |w: &[f32]| w.len() as u64 * 4;
         match &self.caches {
             Caches::Runcache { kernels, weights } => {
                 kernels.pin().iter().map(|(_, k)| code(k)).sum::<u64>() + weights.size()
             }
-            Caches::Moka { kernels, weights } => {
-                kernels.iter().map(|(_, k)| code(&k)).sum::<u64>()
-                    + weights.iter().map(|(_, w)| floats(&w)).sum::<u64>()
+            Caches::Peer { kernels, weights } => {
+                kernels.sum(code) + weights.sum(|w| w.size() as u64)
             }
-            Caches::QuickCache { kernels, weights } => {
-                kernels.iter().map(|(_, k)| code(&k)).sum::<u64>()
-                    + weights.iter().map(|(_, w)| floats(&w)).sum::<u64>()
-            }
-            Caches::MutexHashMap { kernels, weights } => {
-                lock(kernels).values().map(|k| code(k)).sum::<u64>()
-                    + lock(weights).values().map(|w| floats(w)).sum::<u64>()
-            }
-            Caches::None => 0,
         }
     }
 }
 
-/// A host constant buffer holding `weights`.
-fn weights_buffer(weights: &[f32]) -> Result<ConstantBuffer, String> {
-    let mut buffer = ConstantBuffer::host(weights.len() * 4).map_err(|e| e.to_string())?;
-    if !buffer.align().is_multiple_of(std::mem::align_of::<f32>()) {
-        return Err(format!(
-            "a host buffer aligned to {} bytes cannot hold f32",
-            buffer.align()
-        ));
+/// The rows of request `r`: a batch size and a sequence length drawn from skewed mixes, or
+/// over the model's limit for a request `--inject oversize:P` picks.
+fn request_rows(o: &Options, r: usize) -> usize {
+    if o.inject
+        .oversize
+        .is_some_and(|every| (r + 1).is_multiple_of(every))
+    {
+        return MAX_ROWS + SEQ_STEP;
     }
-    let bytes = buffer.as_mut_slice().ok_or("a host buffer has bytes")?;
-    bytes.copy_from_slice(bytemuck::cast_slice(weights));
-    Ok(buffer)
-}
-
-/// The rows of request `r`: a batch size and a sequence length drawn from skewed mixes.
-fn request_rows(seed: u64, r: usize) -> usize {
-    let mut next = model::xorshift(seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut next = model::xorshift(o.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let total: u64 = BATCHES.iter().map(|b| b.1).sum();
     let mut pick = next() % total;
     let batch = BATCHES
@@ -431,15 +665,25 @@ fn request_rows(seed: u64, r: usize) -> usize {
 /// What one cache's run measured.
 struct Report {
     name: &'static str,
+    threads: usize,
+    /// Requests taken, those refused at the row limit included.
     requests: usize,
+    /// Requests that ran (all but the refused): the latencies' count.
+    ran: usize,
     /// Distinct kernel shapes the requests needed.
     shapes: usize,
-    failed: usize,
+    /// Failed requests by kind: rows over the limit, compile, weights, other.
+    failed: [usize; 4],
+    /// Failures not injected on purpose.
+    unexpected: usize,
     mismatches: usize,
     seconds: f64,
     p50: Duration,
     p99: Duration,
+    /// Kernels compiled.
     compiles: usize,
+    /// Compiles started, failed ones included.
+    attempts: usize,
     lookups: usize,
     reorders: usize,
     compile_seconds: f64,
@@ -447,49 +691,67 @@ struct Report {
 }
 
 impl Report {
-    /// Requests per second of serving: the requests over the time the threads spent in
-    /// them (the reference checks between requests are not counted).
+    /// Requests per second of serving: the requests that ran over the time the threads
+    /// spent in them (the reference checks between requests are not counted).
     fn per_second(&self) -> f64 {
         if self.seconds > 0.0 {
-            self.requests as f64 / self.seconds
+            self.ran as f64 / self.seconds
         } else {
             0.0
         }
+    }
+
+    /// Kernel lookups that needed no compile (nor a failed try).
+    fn avoided(&self) -> usize {
+        self.lookups.saturating_sub(self.attempts)
     }
 
     fn hit_ratio(&self) -> f64 {
         if self.lookups == 0 {
             return 0.0;
         }
-        1.0 - self.compiles as f64 / self.lookups as f64
+        self.avoided() as f64 / self.lookups as f64
+    }
+
+    fn failures(&self) -> usize {
+        self.failed.iter().sum()
     }
 }
 
-fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
-    let backend = Backend::new(choice, o.kernels);
+impl std::error::Error for Failure {}
+
+fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) -> Report {
+    let backend = Backend::new(choice, o, store);
     // One scratch pool per serving thread at most; a pool keeps its buffers' capacity.
     let scratch = PoolManager::builder(Scratch::default)
-        .max_pools(o.threads)
+        .max_pools(threads)
         .build()
         .expect("at least one pool");
     let next = AtomicUsize::new(0);
-    let bar = if std::io::stderr().is_terminal() && !o.json {
+    let bar = if std::io::stderr().is_terminal() && o.output == Output::Table {
         let bar = indicatif::ProgressBar::new(o.requests as u64);
         if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{msg:>14} [{bar:30}] {pos}/{len} {per_sec}")
+            indicatif::ProgressStyle::with_template("{msg:>18} [{bar:30}] {pos}/{len} {per_sec}")
         {
             bar.set_style(style.progress_chars("=> "));
         }
-        bar.set_message(choice.name());
+        bar.set_message(format!("{} x{threads}", choice.name()));
         bar
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let failed = AtomicUsize::new(0);
+    let failed: [AtomicUsize; 4] = Default::default();
+    let unexpected = AtomicUsize::new(0);
     let mismatches = AtomicUsize::new(0);
     let peak = AtomicU64::new(0);
+    let fail = |r: usize, e: Failure| {
+        failed[e.slot()].fetch_add(1, Ordering::Relaxed);
+        if !e.injected() && unexpected.fetch_add(1, Ordering::Relaxed) < 3 {
+            eprintln!("runtime: {}: request {r} failed: {e}", choice.name());
+        }
+    };
     let mut latencies: Vec<Duration> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..o.threads)
+        let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
@@ -499,15 +761,26 @@ fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
                             break mine;
                         }
                         bar.inc(1);
-                        let m = request_rows(o.seed, r);
+                        let m = request_rows(o, r);
+                        if m > MAX_ROWS {
+                            // Refused before any work (and left out of the latencies): the
+                            // model's limit.
+                            fail(
+                                r,
+                                Failure::Rows {
+                                    rows: m,
+                                    limit: MAX_ROWS,
+                                },
+                            );
+                            continue;
+                        }
                         let input = model::request_input(mlp, m, o.seed ^ r as u64);
                         let began = Instant::now();
                         // Activations go to a scratch pool reserved for the request.
                         let mut scratch = match scratch.reserve() {
                             Ok(s) => s,
                             Err(e) => {
-                                eprintln!("runtime: request {r}: no scratch: {e}");
-                                failed.fetch_add(1, Ordering::Relaxed);
+                                fail(r, Failure::Scratch(chain(&e)));
                                 continue;
                             }
                         };
@@ -526,11 +799,7 @@ fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
                                     mismatches.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
-                            Err(e) => {
-                                if failed.fetch_add(1, Ordering::Relaxed) < 3 {
-                                    eprintln!("runtime: request {r} failed: {e}");
-                                }
-                            }
+                            Err(e) => fail(r, e),
                         }
                         if r.is_multiple_of(64) {
                             peak.fetch_max(backend.bytes(), Ordering::Relaxed);
@@ -545,33 +814,37 @@ fn serve(mlp: &Mlp, choice: Choice, o: &Options) -> Report {
             .collect()
     });
     bar.finish_and_clear();
-    let served = latencies.len();
+    let ran = latencies.len();
+    let failed = failed.map(AtomicUsize::into_inner);
     let busy: f64 = latencies.iter().map(Duration::as_secs_f64).sum();
-    let seconds = busy / o.threads as f64;
+    let seconds = busy / threads as f64;
     peak.fetch_max(backend.bytes(), Ordering::Relaxed);
     latencies.sort();
     let at = |q: f64| {
         latencies
-            .get(((served.max(1) - 1) as f64 * q) as usize)
+            .get(((ran.max(1) - 1) as f64 * q) as usize)
             .copied()
             .unwrap_or_default()
     };
     Report {
         name: choice.name(),
-        requests: served,
-        shapes: (0..served)
-            .flat_map(|r| {
-                let m = request_rows(o.seed, r);
-                mlp.layers.iter().map(move |l| (m, l.k, l.n, l.relu))
-            })
+        threads,
+        requests: ran + failed[0],
+        ran,
+        shapes: (0..ran + failed[0])
+            .map(|r| request_rows(o, r))
+            .filter(|&m| m <= MAX_ROWS)
+            .flat_map(|m| mlp.layers.iter().map(move |l| (m, l.k, l.n, l.relu)))
             .collect::<std::collections::HashSet<_>>()
             .len(),
-        failed: failed.into_inner(),
+        failed,
+        unexpected: unexpected.into_inner(),
         mismatches: mismatches.into_inner(),
         seconds,
         p50: at(0.5),
         p99: at(0.99),
         compiles: backend.compiles.load(Ordering::Relaxed),
+        attempts: backend.attempts.load(Ordering::Relaxed),
         lookups: backend.lookups.load(Ordering::Relaxed),
         reorders: backend.reorders.load(Ordering::Relaxed),
         compile_seconds: backend.compile_nanos.load(Ordering::Relaxed) as f64 / 1e9,
@@ -589,114 +862,194 @@ fn main() -> ExitCode {
         }
     };
     if let Some(problem) = constant::env_report().parsed.errors.first() {
-        eprintln!("runtime: RUNCACHE_CONSTANT_CACHE_CAPACITY: {problem}");
+        eprintln!("runtime: {}: {problem}", constant::ENV_VAR);
         return ExitCode::from(2);
     }
-    let mlp = Mlp::generate(&WIDTHS, o.seed).expect("the built-in widths are valid");
-    if !o.json {
+    let store = match Store::open(o.gpu) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let widths = [INPUT, o.hidden, o.hidden, OUTPUT];
+    let mlp = Mlp::generate(&widths, o.seed).expect("--hidden was checked");
+    if o.output == Output::Table {
         println!(
-            "model: MLP {WIDTHS:?}, kernels JIT-compiled per (rows, layer) with Cranelift; \
-             {} requests per cache on {} thread(s)",
-            o.requests, o.threads
+            "model: MLP {widths:?}, kernels JIT-compiled per (rows, layer) with Cranelift, \
+             weights in {}; {} requests per cache",
+            store.describe(),
+            o.requests
         );
     }
     if let Err(e) = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed)) {
         eprintln!("runtime: Ctrl-C will not print the figures so far: {e}");
     }
     let mut reports = Vec::new();
-    for &c in &o.caches {
-        let report = serve(&mlp, c, &o);
-        if !o.json && !std::io::stderr().is_terminal() {
-            eprintln!(
-                "{}: {} requests served in {:.2} s of serving time",
-                report.name, report.requests, report.seconds
-            );
-        }
-        reports.push(report);
-        if STOP.load(Ordering::Relaxed) {
-            eprintln!("runtime: interrupted; the figures so far:");
-            break;
+    'runs: for &threads in &o.threads {
+        for &c in &o.caches {
+            let report = serve(&mlp, c, threads, &o, &store);
+            if o.output != Output::Json && !std::io::stderr().is_terminal() {
+                eprintln!(
+                    "{} on {threads} thread(s): {} requests served in {:.2} s of serving time",
+                    report.name, report.requests, report.seconds
+                );
+            }
+            reports.push(report);
+            if STOP.load(Ordering::Relaxed) {
+                eprintln!("runtime: interrupted; the figures so far:");
+                break 'runs;
+            }
         }
     }
-    if o.json {
-        for r in &reports {
-            println!(
-                "{{\"cache\":\"{}\",\"requests\":{},\"shapes\":{},\"failed\":{},\"mismatches\":{},\
-                 \"requests_per_second\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\
-                 \"compiles\":{},\"compiles_avoided\":{},\"hit_ratio\":{:.4},\
-                 \"weight_reorders\":{},\"compile_seconds\":{:.3},\"peak_cache_bytes\":{}}}",
-                r.name,
-                r.requests,
-                r.shapes,
-                r.failed,
-                r.mismatches,
-                r.per_second(),
-                r.p50.as_secs_f64() * 1e3,
-                r.p99.as_secs_f64() * 1e3,
-                r.compiles,
-                r.lookups - r.compiles,
-                r.hit_ratio(),
-                r.reorders,
-                r.compile_seconds,
-                r.peak_bytes
-            );
-        }
-    } else {
-        print_table(&reports);
+    match o.output {
+        Output::Json => print_json(&reports, &o),
+        Output::Table => print_table(&reports),
+        Output::Markdown => print_markdown(&reports, &o, &store),
     }
-    let bad = reports.iter().any(|r| r.mismatches > 0);
-    if bad {
+    if reports.iter().any(|r| r.mismatches > 0) {
         eprintln!("runtime: a response differed from the reference");
         return ExitCode::FAILURE;
     }
-    if reports.iter().any(|r| r.failed > 0) {
+    if reports.iter().any(|r| r.unexpected > 0) {
+        eprintln!("runtime: requests failed (see above)");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }
 
-fn print_table(reports: &[Report]) {
-    println!(
-        "\n{:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>11}",
-        "cache",
-        "requests",
-        "req/s",
-        "p50 ms",
-        "p99 ms",
-        "compiles",
-        "avoided",
-        "hits",
-        "reorders",
-        "peak bytes"
-    );
+fn print_json(reports: &[Report], o: &Options) {
     for r in reports {
         println!(
-            "{:<14} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>6.1}% {:>9} {:>11}",
+            "{{\"cache\":\"{}\",\"threads\":{},\"hidden\":{},\"requests\":{},\"shapes\":{},\
+             \"failed\":{},\"failed_rows\":{},\"failed_compile\":{},\"failed_weights\":{},\
+             \"failed_other\":{},\"unexpected_failures\":{},\"mismatches\":{},\
+             \"requests_per_second\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\
+             \"compiles\":{},\"compiles_avoided\":{},\"hit_ratio\":{:.4},\
+             \"weight_reorders\":{},\"compile_seconds\":{:.3},\"peak_cache_bytes\":{}}}",
             r.name,
+            r.threads,
+            o.hidden,
             r.requests,
+            r.shapes,
+            r.failures(),
+            r.failed[0],
+            r.failed[1],
+            r.failed[2],
+            r.failed[3],
+            r.unexpected,
+            r.mismatches,
             r.per_second(),
             r.p50.as_secs_f64() * 1e3,
             r.p99.as_secs_f64() * 1e3,
             r.compiles,
-            r.lookups - r.compiles,
-            100.0 * r.hit_ratio(),
+            r.avoided(),
+            r.hit_ratio(),
             r.reorders,
+            r.compile_seconds,
             r.peak_bytes
         );
     }
-    if let Some(ours) = reports.iter().find(|r| r.name == "runcache") {
-        let mut line = String::from("\nruncache speed-up (requests/s):");
-        for r in reports
-            .iter()
-            .filter(|r| r.name != "runcache" && r.per_second() > 0.0)
-        {
-            let _ = write!(
-                line,
-                " {:.2}x {}",
-                ours.per_second() / r.per_second(),
-                r.name
+}
+
+/// runcache's requests per second over `r`'s, in the same run and thread count.
+fn speed_up(reports: &[Report], r: &Report) -> Option<f64> {
+    let ours = reports
+        .iter()
+        .find(|x| x.name == "runcache" && x.threads == r.threads)?;
+    (r.per_second() > 0.0).then(|| ours.per_second() / r.per_second())
+}
+
+fn print_table(reports: &[Report]) {
+    let mut counts: Vec<usize> = reports.iter().map(|r| r.threads).collect();
+    counts.dedup();
+    for threads in counts {
+        println!("\n{threads} thread(s):");
+        println!(
+            "{:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>11} {:>7}",
+            "cache",
+            "requests",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "compiles",
+            "avoided",
+            "hits",
+            "reorders",
+            "peak bytes",
+            "failed"
+        );
+        let rows: Vec<&Report> = reports.iter().filter(|r| r.threads == threads).collect();
+        for r in &rows {
+            println!(
+                "{:<14} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>6.1}% {:>9} {:>11} {:>7}",
+                r.name,
+                r.requests,
+                r.per_second(),
+                r.p50.as_secs_f64() * 1e3,
+                r.p99.as_secs_f64() * 1e3,
+                r.compiles,
+                r.avoided(),
+                100.0 * r.hit_ratio(),
+                r.reorders,
+                r.peak_bytes,
+                r.failures()
             );
         }
-        println!("{line}");
+        let mut line = String::from("runcache speed-up (requests/s):");
+        let before = line.len();
+        for r in rows.iter().filter(|r| r.name != "runcache") {
+            if let Some(x) = speed_up(reports, r) {
+                let _ = write!(line, " {x:.2}x {}", r.name);
+            }
+        }
+        if line.len() > before {
+            println!("{line}");
+        }
+        let failures: Vec<String> = rows
+            .iter()
+            .filter(|r| r.failures() > 0)
+            .map(|r| {
+                format!(
+                    "{}: {} over the row limit, {} compile, {} weights, {} other",
+                    r.name, r.failed[0], r.failed[1], r.failed[2], r.failed[3]
+                )
+            })
+            .collect();
+        if !failures.is_empty() {
+            println!("failed requests: {}", failures.join("; "));
+        }
+    }
+}
+
+fn print_markdown(reports: &[Report], o: &Options, store: &Store) {
+    println!(
+        "MLP {:?}, {} requests per row, weights in {}.\n",
+        [INPUT, o.hidden, o.hidden, OUTPUT],
+        o.requests,
+        store.describe()
+    );
+    println!(
+        "| threads | cache | requests/s | p50 ms | p99 ms | compiles | hit ratio | \
+         peak cache bytes | runcache speed-up |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        let x = match r.name {
+            "runcache" => "—".to_string(),
+            _ => speed_up(reports, r).map_or("—".into(), |x| format!("{x:.2}×")),
+        };
+        println!(
+            "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {:.1}% | {} | {} |",
+            r.threads,
+            r.name,
+            r.per_second(),
+            r.p50.as_secs_f64() * 1e3,
+            r.p99.as_secs_f64() * 1e3,
+            r.compiles,
+            100.0 * r.hit_ratio(),
+            r.peak_bytes,
+            x
+        );
     }
 }

@@ -8,6 +8,34 @@ fn runtime() -> Command {
     Command::new(env!("CARGO_BIN_EXE_runcache-runtime"))
 }
 
+/// Runs the runtime with `args` and no weight budget in the environment; returns its exit
+/// code, standard output and standard error.
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = runtime()
+        .args(args)
+        .env_remove("RUNCACHE_CONSTANT_CACHE_CAPACITY")
+        .output()
+        .expect("the runtime runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The runtime's message for `args` with the weight budget `budget`, after checking that it
+/// refused them (exit status 2).
+fn refused(args: &[&str], budget: &str) -> String {
+    let out = runtime()
+        .args(args)
+        .env("RUNCACHE_CONSTANT_CACHE_CAPACITY", budget)
+        .output()
+        .expect("the runtime runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    stderr
+}
+
 /// The number after `"field":` in a JSON line.
 fn field(line: &str, name: &str) -> f64 {
     let key = format!("\"{name}\":");
@@ -24,26 +52,15 @@ fn field(line: &str, name: &str) -> f64 {
 
 #[test]
 fn every_cache_serves_correct_responses_and_runcache_compiles_each_shape_once() {
-    let out = runtime()
-        .args(["--requests", "300", "--threads", "4", "--json"])
-        .env_remove("RUNCACHE_CONSTANT_CACHE_CAPACITY")
-        .output()
-        .expect("the runtime runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, stdout, stderr) = run(&["--requests", "300", "--threads", "4", "--json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
     let names = ["runcache", "moka", "quick_cache", "mutex-hashmap", "none"];
     assert_eq!(lines.len(), names.len(), "{stdout}");
     for (line, name) in lines.iter().zip(names) {
         assert!(line.contains(&format!("\"cache\":\"{name}\"")), "{line}");
         assert_eq!(field(line, "requests"), 300.0);
-        assert_eq!(field(line, "mismatches"), 0.0, "{line}");
-        assert_eq!(field(line, "failed"), 0.0, "{line}");
+        assert_every_response_right(line);
         assert!(field(line, "requests_per_second") > 0.0);
     }
     let runcache = lines[0];
@@ -74,19 +91,28 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
         ),
         (vec!["--frobnicate"], "unknown flag `--frobnicate`"),
         (vec!["--seed"], "--seed needs a value"),
+        (vec!["--threads", "1,0"], "--threads: must be at least 1"),
+        (
+            vec!["--hidden", "12"],
+            "--hidden: 12 is not a multiple of 8 from 8 to 4096",
+        ),
+        (
+            vec!["--inject", "compile:0"],
+            "--inject compile: P must be at least 1",
+        ),
+        (
+            vec!["--inject", "disk:3"],
+            "--inject: unknown failure `disk`",
+        ),
+        (
+            vec!["--inject", "compile"],
+            "--inject: `compile` is not FAILURE:P",
+        ),
     ] {
-        let out = runtime().args(&args).output().expect("the runtime runs");
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = refused(&args, "cpu:64");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
-    let out = runtime()
-        .args(["--requests", "5"])
-        .env("RUNCACHE_CONSTANT_CACHE_CAPACITY", "cpu:lots")
-        .output()
-        .expect("the runtime runs");
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused(&["--requests", "5"], "cpu:lots");
     assert!(
         stderr.contains("RUNCACHE_CONSTANT_CACHE_CAPACITY"),
         "{stderr}"
@@ -100,7 +126,11 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
         "--requests",
         "--kernels",
         "--seed",
+        "--hidden",
+        "--inject",
+        "--gpu",
         "--json",
+        "--markdown",
     ] {
         assert!(text.contains(flag), "--help lists {flag}: {text}");
     }
@@ -143,21 +173,152 @@ fn ctrl_c_prints_the_figures_so_far() {
     );
 }
 
-#[test]
-fn a_weight_budget_of_zero_reorders_every_time_and_serves_every_request() {
+/// Fails unless the run of JSON line `line` served every request with the reference's
+/// answer.
+fn assert_every_response_right(line: &str) {
+    assert_eq!(field(line, "failed"), 0.0, "{line}");
+    assert_eq!(field(line, "mismatches"), 0.0, "{line}");
+}
+
+/// The one JSON line of a runcache-only run with `args` and the weight budget `budget`,
+/// after checking that it succeeded.
+fn runcache_line(args: &[&str], budget: &str) -> String {
     let out = runtime()
-        .args(["--requests", "40", "--cache", "runcache", "--json"])
-        .env("RUNCACHE_CONSTANT_CACHE_CAPACITY", "cpu:0")
+        .args(["--cache", "runcache", "--json"])
+        .args(args)
+        .env("RUNCACHE_CONSTANT_CACHE_CAPACITY", budget)
         .output()
         .expect("the runtime runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    let line = stdout.lines().next().expect("one line");
-    assert_eq!(field(line, "failed"), 0.0, "{line}");
-    assert_eq!(field(line, "mismatches"), 0.0, "{line}");
+    stdout.lines().next().expect("one line").to_string()
+}
+
+#[test]
+fn a_weight_budget_of_zero_reorders_every_time_and_serves_every_request() {
+    let line = runcache_line(&["--requests", "40"], "cpu:0");
+    assert_every_response_right(&line);
     assert_eq!(
-        field(line, "weight_reorders"),
+        field(&line, "weight_reorders"),
         120.0,
         "nothing fits: three reorders a request"
+    );
+}
+
+#[test]
+fn a_budget_smaller_than_one_weight_tensor_reorders_that_tensor_each_time() {
+    // Hidden width 520: the middle weight is 520 × 520 × 4 = 1,081,600 bytes, over a budget
+    // of 1 MiB; the other two (66,560 bytes each) fit beside each other.
+    // One thread: two callers waiting on one build would share its uncached buffer.
+    let line = runcache_line(
+        &["--requests", "20", "--hidden", "520", "--threads", "1"],
+        "cpu:1",
+    );
+    assert_eq!(field(&line, "hidden"), 520.0, "{line}");
+    assert_every_response_right(&line);
+    assert_eq!(
+        field(&line, "weight_reorders"),
+        22.0,
+        "the two small weights once, the big one on every request"
+    );
+    assert!(
+        field(&line, "peak_cache_bytes") < 1_081_600.0,
+        "the big weight was never cached: {line}"
+    );
+}
+
+#[test]
+fn injected_failures_are_counted_per_request_and_the_others_are_served() {
+    let (code, stdout, stderr) = run(&[
+        "--requests",
+        "200",
+        "--threads",
+        "4",
+        "--inject",
+        "compile:5,oversize:10",
+        "--json",
+    ]);
+    assert_eq!(
+        code,
+        Some(0),
+        "injected failures alone exit 0: {stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(field(line, "requests"), 200.0, "{line}");
+        assert_eq!(
+            field(line, "failed_rows"),
+            20.0,
+            "requests 10, 20, .., 200: {line}"
+        );
+        let compile = field(line, "failed_compile");
+        assert!(compile > 0.0, "one compile in five fails: {line}");
+        assert_eq!(
+            field(line, "failed"),
+            20.0 + compile,
+            "nothing else fails: {line}"
+        );
+        assert_eq!(field(line, "unexpected_failures"), 0.0, "{line}");
+        assert_eq!(field(line, "mismatches"), 0.0, "{line}");
+        // Without a cache every request compiles three kernels, so most fail.
+        if i < 4 {
+            assert!(
+                field(line, "failed") < 100.0,
+                "most requests are served: {line}"
+            );
+        }
+    }
+    // A failed compile is not cached: the shape compiles again on a later request, so
+    // runcache still compiles no shape twice and misses none for good.
+    let runcache = lines[0];
+    assert!(
+        field(runcache, "compiles") <= field(runcache, "shapes"),
+        "{runcache}"
+    );
+}
+
+#[cfg(not(feature = "vulkan"))]
+#[test]
+fn gpu_without_the_vulkan_feature_is_a_clear_error() {
+    let stderr = refused(&["--gpu", "--requests", "5"], "cpu:64");
+    assert!(
+        stderr.contains("--gpu needs the `vulkan` feature"),
+        "{stderr}"
+    );
+}
+
+/// With `--features vulkan`: the weights in device buffers, read back for every use, give
+/// the reference's answers with every cache. Skipped with a notice where no Vulkan device
+/// exists, unless `RUNCACHE_REQUIRE_VULKAN` is set (CI's lavapipe step sets it).
+#[cfg(feature = "vulkan")]
+#[test]
+fn gpu_weights_serve_correct_responses_with_every_cache() {
+    let (code, stdout, stderr) = run(&["--gpu", "--requests", "150", "--threads", "3", "--json"]);
+    if code == Some(2) && std::env::var_os("RUNCACHE_REQUIRE_VULKAN").is_none() {
+        eprintln!("skipped: no Vulkan device ({stderr})");
+        return;
+    }
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    for line in &lines {
+        assert_every_response_right(line);
+    }
+    assert_eq!(
+        field(lines[0], "weight_reorders"),
+        3.0,
+        "uploaded once each"
+    );
+    assert_eq!(
+        field(lines[4], "weight_reorders"),
+        450.0,
+        "no cache: every use"
+    );
+    assert_eq!(
+        field(lines[0], "compiles"),
+        field(lines[0], "shapes"),
+        "{}",
+        lines[0]
     );
 }
