@@ -16,6 +16,8 @@
 //!                       `oversize` (a request over the model's 4096 rows) (default: none)
 //!   --gpu               reordered weights in Vulkan device buffers (build with
 //!                       --features vulkan); the kernels still run here (default: host)
+//!   --async             serve from async tasks, four per thread, each thread its own
+//!                       tokio runtime; lookups await (default: blocking threads)
 //!   --json              one JSON object per cache and thread count instead of the table
 //!   --markdown          the table as Markdown, for docs/BENCHMARKS.md
 //!   -h, --help          this text
@@ -113,6 +115,7 @@ struct Options {
     seed: u64,
     inject: Inject,
     gpu: bool,
+    asynchronous: bool,
     output: Output,
 }
 
@@ -167,6 +170,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         seed: 42,
         inject: Inject::default(),
         gpu: false,
+        asynchronous: false,
         output: Output::Table,
     };
     let mut args = args;
@@ -206,6 +210,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             "--seed" => o.seed = number("--seed", &value("--seed")?)? as u64,
             "--inject" => o.inject = parse_inject(&value("--inject")?)?,
             "--gpu" => o.gpu = true,
+            "--async" => o.asynchronous = true,
             "--json" => o.output = Output::Json,
             "--markdown" => o.output = Output::Markdown,
             other => return Err(format!("unknown flag `{other}` (see --help)")),
@@ -278,6 +283,8 @@ enum Failure {
     Weights(String),
     /// No scratch pool could be had.
     Scratch(String),
+    /// A cache's own error (an async build that would wait for itself, say).
+    Cache(String),
 }
 
 impl Failure {
@@ -292,7 +299,7 @@ impl Failure {
             Failure::Rows { .. } => 0,
             Failure::Kernel(_) | Failure::InjectedCompile(_) => 1,
             Failure::Weights(_) => 2,
-            Failure::Scratch(_) => 3,
+            Failure::Scratch(_) | Failure::Cache(_) => 3,
         }
     }
 }
@@ -315,6 +322,7 @@ impl std::fmt::Display for Failure {
             }
             Failure::Weights(e) => write!(f, "weights: {e}"),
             Failure::Scratch(e) => write!(f, "no scratch: {e}"),
+            Failure::Cache(e) => write!(f, "cache: {e}"),
         }
     }
 }
@@ -443,6 +451,8 @@ impl Store {
 /// runcache.
 enum Peer<K, V> {
     Moka(moka::sync::Cache<K, Arc<V>>),
+    /// moka's cache for async code (`--async`).
+    MokaFuture(moka::future::Cache<K, Arc<V>>),
     QuickCache(quick_cache::sync::Cache<K, Arc<V>>),
     /// What a runtime without a cache library writes: a map behind a mutex, each value built
     /// outside the lock (two threads that miss together both build; the first insert wins).
@@ -456,8 +466,11 @@ where
     K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
     V: Send + Sync + 'static,
 {
-    fn new(choice: Choice, capacity: usize) -> Self {
+    fn new(choice: Choice, capacity: usize, asynchronous: bool) -> Self {
         match choice {
+            Choice::Moka if asynchronous => {
+                Peer::MokaFuture(moka::future::Cache::new(capacity as u64))
+            }
             Choice::Moka => Peer::Moka(moka::sync::Cache::new(capacity as u64)),
             Choice::QuickCache => Peer::QuickCache(quick_cache::sync::Cache::new(capacity)),
             Choice::MutexHashMap => Peer::MutexHashMap(Mutex::new(HashMap::new())),
@@ -474,15 +487,50 @@ where
         let build = || build().map(Arc::new);
         match self {
             Peer::Moka(c) => c.try_get_with(key, build).map_err(|e| (*e).clone()),
+            Peer::MokaFuture(_) => Err(Failure::Cache(
+                "moka's future cache has no blocking lookup".into(),
+            )),
             Peer::QuickCache(c) => c.get_or_insert_with(&key, build),
             Peer::MutexHashMap(m) => {
-                if let Some(found) = lock(m).get(&key).cloned() {
-                    return Ok(found);
+                let found = lock(m).get(&key).cloned();
+                match found {
+                    Some(found) => Ok(found),
+                    None => {
+                        let built = build()?;
+                        Ok(Arc::clone(lock(m).entry(key).or_insert(built)))
+                    }
                 }
-                let built = build()?;
-                Ok(Arc::clone(lock(m).entry(key).or_insert(built)))
             }
             Peer::None => build(),
+        }
+    }
+
+    /// The async form of [`get_or_build`](Self::get_or_build): moka's future cache and
+    /// quick_cache's async lookup wait for another caller's build without blocking.
+    async fn get_or_build_async(
+        &self,
+        key: K,
+        build: impl std::future::Future<Output = Result<V, Failure>>,
+    ) -> Result<Arc<V>, Failure> {
+        let build = async { build.await.map(Arc::new) };
+        match self {
+            Peer::MokaFuture(c) => c.try_get_with(key, build).await.map_err(|e| (*e).clone()),
+            Peer::QuickCache(c) => c.get_or_insert_async(&key, build).await,
+            // The map's lock is held only to look and to insert, never across the build.
+            Peer::MutexHashMap(m) => {
+                // Bound first: the scrutinee's guard would live through the whole match.
+                let found = lock(m).get(&key).cloned();
+                match found {
+                    Some(found) => Ok(found),
+                    None => {
+                        // Built before the lock is taken: an operand evaluates after it.
+                        let built = build.await?;
+                        Ok(Arc::clone(lock(m).entry(key).or_insert(built)))
+                    }
+                }
+            }
+            Peer::None => build.await,
+            Peer::Moka(_) => Err(Failure::Cache("moka's blocking cache in async code".into())),
         }
     }
 
@@ -490,6 +538,7 @@ where
     fn sum(&self, measure: impl Fn(&V) -> u64) -> u64 {
         match self {
             Peer::Moka(c) => c.iter().map(|(_, v)| measure(&v)).sum(),
+            Peer::MokaFuture(c) => c.iter().map(|(_, v)| measure(&v)).sum(),
             Peer::QuickCache(c) => c.iter().map(|(_, v)| measure(&v)).sum(),
             Peer::MutexHashMap(m) => lock(m).values().map(|v| measure(v)).sum(),
             Peer::None => 0,
@@ -541,8 +590,8 @@ impl<'s> Backend<'s> {
                 weights: store.constant_cache(),
             },
             peer => Caches::Peer {
-                kernels: Peer::new(peer, o.kernels),
-                weights: Peer::new(peer, 64),
+                kernels: Peer::new(peer, o.kernels, o.asynchronous),
+                weights: Peer::new(peer, 64, o.asynchronous),
             },
         };
         Backend {
@@ -557,7 +606,8 @@ impl<'s> Backend<'s> {
         }
     }
 
-    fn compile(&self, shape: Shape) -> Result<Kernel, Failure> {
+    /// Counts a compile about to start; `Err` for one `--inject compile:P` fails.
+    fn attempt(&self, shape: Shape) -> Result<Instant, Failure> {
         let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         if self
             .inject
@@ -566,12 +616,78 @@ impl<'s> Backend<'s> {
         {
             return Err(Failure::InjectedCompile(shape));
         }
-        let start = Instant::now();
-        let kernel = Kernel::compile(shape)?;
+        Ok(Instant::now())
+    }
+
+    /// Counts a compile that ended.
+    fn compiled(
+        &self,
+        start: Instant,
+        kernel: Result<Kernel, KernelError>,
+    ) -> Result<Kernel, Failure> {
+        let kernel = kernel?;
         self.compile_nanos
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.compiles.fetch_add(1, Ordering::Relaxed);
         Ok(kernel)
+    }
+
+    fn compile(&self, shape: Shape) -> Result<Kernel, Failure> {
+        let start = self.attempt(shape)?;
+        self.compiled(start, Kernel::compile(shape))
+    }
+
+    /// [`compile`](Self::compile) on tokio's blocking pool, off the task's thread.
+    async fn compile_async(&self, shape: Shape) -> Result<Kernel, Failure> {
+        let start = self.attempt(shape)?;
+        let kernel = tokio::task::spawn_blocking(move || Kernel::compile(shape))
+            .await
+            .map_err(|e| Failure::Cache(format!("the compile task of {shape}: {e}")))?;
+        self.compiled(start, kernel)
+    }
+
+    fn kernel_async_error(e: runcache::BuildError<Shape, Failure>) -> Failure {
+        match e {
+            runcache::BuildError::Failed(e) => (*e).clone(),
+            other => Failure::Cache(other.to_string()),
+        }
+    }
+
+    async fn kernel_async(&self, shape: Shape) -> Result<Held<Kernel>, Failure> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        Ok(match &self.caches {
+            Caches::Runcache { kernels, .. } => Held::Handle(
+                kernels
+                    .try_get_or_insert_with_async(shape, self.compile_async(shape))
+                    .await
+                    .map_err(Self::kernel_async_error)?,
+            ),
+            Caches::Peer { kernels, .. } => Held::Arc(
+                kernels
+                    .get_or_build_async(shape, self.compile_async(shape))
+                    .await?,
+            ),
+        })
+    }
+
+    /// The async form of [`weights`](Self::weights) (the reorder itself runs in the task).
+    async fn weights_async(&self, mlp: &Mlp, layer: usize) -> Result<HeldWeights, Failure> {
+        let reordered = async { self.reordered(mlp, layer) };
+        let buffer = match &self.caches {
+            Caches::Runcache { weights, .. } => {
+                let l = &mlp.layers[layer];
+                let added = weights
+                    .get_or_add_async(ConstantKey::new(1, layer as u64), l.k * l.n * 4, reordered)
+                    .await
+                    .map_err(|e| Failure::Weights(chain(&e)))?;
+                Held::Handle(added.buffer)
+            }
+            Caches::Peer { weights, .. } => {
+                Held::Arc(weights.get_or_build_async(layer, reordered).await?)
+            }
+        };
+        let copy = self.store.copy_back(&buffer)?;
+        Ok(HeldWeights { buffer, copy })
     }
 
     fn kernel(&self, shape: Shape) -> Result<Held<Kernel>, Failure> {
@@ -720,105 +836,235 @@ impl Report {
 
 impl std::error::Error for Failure {}
 
+/// What the serving threads of one run count together.
+struct Tally {
+    name: &'static str,
+    next: AtomicUsize,
+    bar: indicatif::ProgressBar,
+    failed: [AtomicUsize; 4],
+    unexpected: AtomicUsize,
+    mismatches: AtomicUsize,
+    peak: AtomicU64,
+}
+
+/// A request to serve: its index, rows and input.
+struct Request {
+    r: usize,
+    m: usize,
+    input: Vec<f32>,
+}
+
+impl Tally {
+    /// The next request, or `None` once all are taken or Ctrl-C was pressed. A request over
+    /// the model's limit is refused here, before any work, and left out of the latencies.
+    fn take(&self, mlp: &Mlp, o: &Options) -> Option<Option<Request>> {
+        let r = self.next.fetch_add(1, Ordering::Relaxed);
+        if r >= o.requests || STOP.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.bar.inc(1);
+        let m = request_rows(o, r);
+        if m > MAX_ROWS {
+            let limit = MAX_ROWS;
+            self.fail(r, Failure::Rows { rows: m, limit });
+            return Some(None);
+        }
+        let input = model::request_input(mlp, m, o.seed ^ r as u64);
+        Some(Some(Request { r, m, input }))
+    }
+
+    fn fail(&self, r: usize, e: Failure) {
+        self.failed[e.slot()].fetch_add(1, Ordering::Relaxed);
+        if !e.injected() && self.unexpected.fetch_add(1, Ordering::Relaxed) < 3 {
+            eprintln!("runtime: {}: request {r} failed: {e}", self.name);
+        }
+    }
+
+    /// Checks a request's response against the reference (or counts its failure).
+    fn check(&self, mlp: &Mlp, q: &Request, out: Result<&[f32], Failure>, backend: &Backend) {
+        match out {
+            Ok(out) => {
+                if out != model::reference(mlp, &q.input, q.m) {
+                    self.mismatches.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => self.fail(q.r, e),
+        }
+        if q.r.is_multiple_of(64) {
+            self.peak.fetch_max(backend.bytes(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Concurrent requests per serving thread with `--async`.
+const TASKS_PER_THREAD: usize = 4;
+
 fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) -> Report {
     let backend = Backend::new(choice, o, store);
-    // One scratch pool per serving thread at most; a pool keeps its buffers' capacity.
+    // One scratch pool per request in flight at most; a pool keeps its buffers' capacity.
+    let in_flight = if o.asynchronous {
+        threads * TASKS_PER_THREAD
+    } else {
+        threads
+    };
     let scratch = PoolManager::builder(Scratch::default)
-        .max_pools(threads)
+        .max_pools(in_flight)
         .build()
         .expect("at least one pool");
-    let next = AtomicUsize::new(0);
     let bar = if std::io::stderr().is_terminal() && o.output == Output::Table {
         let bar = indicatif::ProgressBar::new(o.requests as u64);
         if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{msg:>18} [{bar:30}] {pos}/{len} {per_sec}")
+            indicatif::ProgressStyle::with_template("{msg:>22} [{bar:30}] {pos}/{len} {per_sec}")
         {
             bar.set_style(style.progress_chars("=> "));
         }
-        bar.set_message(format!("{} x{threads}", choice.name()));
+        let mode = if o.asynchronous { " async" } else { "" };
+        bar.set_message(format!("{}{mode} x{threads}", choice.name()));
         bar
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let failed: [AtomicUsize; 4] = Default::default();
-    let unexpected = AtomicUsize::new(0);
-    let mismatches = AtomicUsize::new(0);
-    let peak = AtomicU64::new(0);
-    let fail = |r: usize, e: Failure| {
-        failed[e.slot()].fetch_add(1, Ordering::Relaxed);
-        if !e.injected() && unexpected.fetch_add(1, Ordering::Relaxed) < 3 {
-            eprintln!("runtime: {}: request {r} failed: {e}", choice.name());
-        }
+    let tally = Tally {
+        name: choice.name(),
+        next: AtomicUsize::new(0),
+        bar,
+        failed: Default::default(),
+        unexpected: AtomicUsize::new(0),
+        mismatches: AtomicUsize::new(0),
+        peak: AtomicU64::new(0),
     };
-    let mut latencies: Vec<Duration> = std::thread::scope(|s| {
+    let (backend, tally, scratch) = (&backend, &tally, &scratch);
+    // The blocking serving thread: one request at a time.
+    let blocking = || {
+        let mut mine = Vec::new();
+        while let Some(taken) = tally.take(mlp, o) {
+            let Some(q) = taken else { continue };
+            let began = Instant::now();
+            // Activations go to a scratch pool reserved for the request.
+            let mut pool = match scratch.reserve() {
+                Ok(pool) => pool,
+                Err(e) => {
+                    tally.fail(q.r, Failure::Scratch(chain(&e)));
+                    continue;
+                }
+            };
+            let out = forward(
+                mlp,
+                &q.input,
+                q.m,
+                |_, shape| backend.kernel(shape),
+                |l| backend.weights(mlp, l),
+                &mut pool,
+            );
+            mine.push(began.elapsed());
+            tally.check(mlp, &q, out, backend);
+        }
+        mine
+    };
+    // An async task: awaits its kernels and weights (compiles run on the blocking pool, and a
+    // task whose kernel another task is building waits without blocking its thread). It hands
+    // each response to `checked`, whose thread compares it with the reference, so that no
+    // task's latency includes another's reference check.
+    type Response = (Request, Result<Vec<f32>, Failure>);
+    let task = |checked: std::sync::mpsc::Sender<Response>| async move {
+        let mut mine = Vec::new();
+        while let Some(taken) = tally.take(mlp, o) {
+            let Some(q) = taken else { continue };
+            let began = Instant::now();
+            let out = async {
+                let mut kernels = Vec::with_capacity(mlp.layers.len());
+                let mut weights = Vec::with_capacity(mlp.layers.len());
+                for (l, layer) in mlp.layers.iter().enumerate() {
+                    let shape = Shape {
+                        m: q.m,
+                        k: layer.k,
+                        n: layer.n,
+                        relu: layer.relu,
+                    };
+                    kernels.push(backend.kernel_async(shape).await?);
+                    weights.push(backend.weights_async(mlp, l).await?);
+                }
+                let mut pool = scratch
+                    .reserve_async()
+                    .await
+                    .map_err(|e| Failure::Scratch(chain(&e)))?;
+                let ok = |l: usize| Ok::<_, Failure>(l);
+                forward(
+                    mlp,
+                    &q.input,
+                    q.m,
+                    |l, _| ok(l).map(|l| &*kernels[l]),
+                    |l| ok(l).map(|l| &*weights[l]),
+                    &mut pool,
+                )
+                .map(<[f32]>::to_vec)
+            }
+            .await;
+            mine.push(began.elapsed());
+            if let Err(unchecked) = checked.send((q, out)) {
+                // The checker is gone (it panicked): count the response as a mismatch.
+                tally.fail(
+                    unchecked.0 .0.r,
+                    Failure::Cache("no reference check".into()),
+                );
+            }
+        }
+        mine
+    };
+    // Each serving thread's latencies, and with `--async` the wall time it served for.
+    let served: Vec<(Vec<Duration>, Option<Duration>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let r = next.fetch_add(1, Ordering::Relaxed);
-                        if r >= o.requests || STOP.load(Ordering::Relaxed) {
-                            break mine;
-                        }
-                        bar.inc(1);
-                        let m = request_rows(o, r);
-                        if m > MAX_ROWS {
-                            // Refused before any work (and left out of the latencies): the
-                            // model's limit.
-                            fail(
-                                r,
-                                Failure::Rows {
-                                    rows: m,
-                                    limit: MAX_ROWS,
-                                },
-                            );
-                            continue;
-                        }
-                        let input = model::request_input(mlp, m, o.seed ^ r as u64);
-                        let began = Instant::now();
-                        // Activations go to a scratch pool reserved for the request.
-                        let mut scratch = match scratch.reserve() {
-                            Ok(s) => s,
-                            Err(e) => {
-                                fail(r, Failure::Scratch(chain(&e)));
-                                continue;
-                            }
-                        };
-                        let out = forward(
-                            mlp,
-                            &input,
-                            m,
-                            |_, shape| backend.kernel(shape),
-                            |l| backend.weights(mlp, l),
-                            &mut scratch,
-                        );
-                        mine.push(began.elapsed());
-                        match out {
-                            Ok(out) => {
-                                if out != model::reference(mlp, &input, m) {
-                                    mismatches.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                            Err(e) => fail(r, e),
-                        }
-                        if r.is_multiple_of(64) {
-                            peak.fetch_max(backend.bytes(), Ordering::Relaxed);
-                        }
+                s.spawn(move || {
+                    if !o.asynchronous {
+                        return Ok((blocking(), None));
                     }
+                    let (send, receive) = std::sync::mpsc::channel::<Response>();
+                    s.spawn(move || {
+                        for (q, out) in receive {
+                            tally.check(mlp, &q, out.as_deref().map_err(Clone::clone), backend);
+                        }
+                    });
+                    // A current-thread runtime per serving thread, its tasks polled together.
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .map_err(|e| format!("a tokio runtime: {e}"))?;
+                    let tasks: Vec<_> = (0..TASKS_PER_THREAD).map(|_| task(send.clone())).collect();
+                    // The checker ends once the tasks, holding the other senders, are done.
+                    drop(send);
+                    let began = Instant::now();
+                    let mine = rt.block_on(futures_util::future::join_all(tasks)).concat();
+                    Ok::<_, String>((mine, Some(began.elapsed())))
                 })
             })
             .collect();
         workers
             .into_iter()
-            .flat_map(|w| w.join().expect("a worker panicked"))
+            .filter_map(|w| match w.join().expect("a worker panicked") {
+                Ok(mine) => Some(mine),
+                Err(e) => {
+                    eprintln!("runtime: {e}");
+                    tally.unexpected.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            })
             .collect()
     });
-    bar.finish_and_clear();
+    // Serving time per thread: the threads' time in requests (blocking), or their wall time
+    // (async: a task's latency includes its waits for the thread, so latencies overlap).
+    let busy: f64 = served
+        .iter()
+        .map(|(mine, wall)| match wall {
+            Some(wall) => wall.as_secs_f64(),
+            None => mine.iter().map(Duration::as_secs_f64).sum(),
+        })
+        .sum();
+    let mut latencies: Vec<Duration> = served.into_iter().flat_map(|(mine, _)| mine).collect();
+    tally.bar.finish_and_clear();
     let ran = latencies.len();
-    let failed = failed.map(AtomicUsize::into_inner);
-    let busy: f64 = latencies.iter().map(Duration::as_secs_f64).sum();
+    let failed = tally.failed.each_ref().map(|f| f.load(Ordering::Relaxed));
     let seconds = busy / threads as f64;
-    peak.fetch_max(backend.bytes(), Ordering::Relaxed);
+    tally.peak.fetch_max(backend.bytes(), Ordering::Relaxed);
     latencies.sort();
     let at = |q: f64| {
         latencies
@@ -838,8 +1084,8 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
             .collect::<std::collections::HashSet<_>>()
             .len(),
         failed,
-        unexpected: unexpected.into_inner(),
-        mismatches: mismatches.into_inner(),
+        unexpected: tally.unexpected.load(Ordering::Relaxed),
+        mismatches: tally.mismatches.load(Ordering::Relaxed),
         seconds,
         p50: at(0.5),
         p99: at(0.99),
@@ -848,7 +1094,7 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
         lookups: backend.lookups.load(Ordering::Relaxed),
         reorders: backend.reorders.load(Ordering::Relaxed),
         compile_seconds: backend.compile_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-        peak_bytes: peak.into_inner(),
+        peak_bytes: tally.peak.load(Ordering::Relaxed),
     }
 }
 
@@ -904,7 +1150,7 @@ fn main() -> ExitCode {
     }
     match o.output {
         Output::Json => print_json(&reports, &o),
-        Output::Table => print_table(&reports),
+        Output::Table => print_table(&reports, &o),
         Output::Markdown => print_markdown(&reports, &o, &store),
     }
     if reports.iter().any(|r| r.mismatches > 0) {
@@ -921,7 +1167,7 @@ fn main() -> ExitCode {
 fn print_json(reports: &[Report], o: &Options) {
     for r in reports {
         println!(
-            "{{\"cache\":\"{}\",\"threads\":{},\"hidden\":{},\"requests\":{},\"shapes\":{},\
+            "{{\"cache\":\"{}\",\"threads\":{},\"async\":{},\"hidden\":{},\"requests\":{},\"shapes\":{},\
              \"failed\":{},\"failed_rows\":{},\"failed_compile\":{},\"failed_weights\":{},\
              \"failed_other\":{},\"unexpected_failures\":{},\"mismatches\":{},\
              \"requests_per_second\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\
@@ -929,6 +1175,7 @@ fn print_json(reports: &[Report], o: &Options) {
              \"weight_reorders\":{},\"compile_seconds\":{:.3},\"peak_cache_bytes\":{}}}",
             r.name,
             r.threads,
+            o.asynchronous,
             o.hidden,
             r.requests,
             r.shapes,
@@ -960,11 +1207,12 @@ fn speed_up(reports: &[Report], r: &Report) -> Option<f64> {
     (r.per_second() > 0.0).then(|| ours.per_second() / r.per_second())
 }
 
-fn print_table(reports: &[Report]) {
+fn print_table(reports: &[Report], o: &Options) {
     let mut counts: Vec<usize> = reports.iter().map(|r| r.threads).collect();
     counts.dedup();
     for threads in counts {
-        println!("\n{threads} thread(s):");
+        let mode = if o.asynchronous { ", async tasks" } else { "" };
+        println!("\n{threads} thread(s){mode}:");
         println!(
             "{:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>11} {:>7}",
             "cache",
@@ -1023,11 +1271,17 @@ fn print_table(reports: &[Report]) {
 }
 
 fn print_markdown(reports: &[Report], o: &Options, store: &Store) {
+    let mode = if o.asynchronous {
+        format!(", {TASKS_PER_THREAD} async tasks per thread")
+    } else {
+        String::new()
+    };
     println!(
-        "MLP {:?}, {} requests per row, weights in {}.\n",
+        "MLP {:?}, {} requests per row, weights in {}{}.\n",
         [INPUT, o.hidden, o.hidden, OUTPUT],
         o.requests,
-        store.describe()
+        store.describe(),
+        mode
     );
     println!(
         "| threads | cache | requests/s | p50 ms | p99 ms | compiles | hit ratio | \

@@ -81,6 +81,26 @@ fn every_cache_serves_correct_responses_and_runcache_compiles_each_shape_once() 
 }
 
 #[test]
+fn async_tasks_serve_correct_responses_and_runcache_compiles_each_shape_once() {
+    let (code, stdout, stderr) = run(&["--async", "--requests", "300", "--threads", "2", "--json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    for line in &lines {
+        assert!(line.contains("\"async\":true"), "{line}");
+        assert_eq!(field(line, "requests"), 300.0, "{line}");
+        assert_every_response_right(line);
+    }
+    let runcache = lines[0];
+    assert_eq!(
+        field(runcache, "compiles"),
+        field(runcache, "shapes"),
+        "async single flight: one compile per shape, eight tasks on two threads: {runcache}"
+    );
+    assert_eq!(field(runcache, "weight_reorders"), 3.0, "{runcache}");
+}
+
+#[test]
 fn bad_flags_and_a_bad_environment_are_clear_errors() {
     for (args, says) in [
         (vec!["--cache", "redis"], "unknown cache `redis`"),
@@ -129,6 +149,7 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
         "--hidden",
         "--inject",
         "--gpu",
+        "--async",
         "--json",
         "--markdown",
     ] {
