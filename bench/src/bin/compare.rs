@@ -1200,6 +1200,17 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The sections `--write` carries over into `docs/BENCHMARKS.md` from files of their own:
+/// figures that `compare` does not measure (the runtime end to end) or that came from another
+/// machine. A missing file leaves its section out.
+const INCLUDED: [(&str, &str); 2] = [
+    ("End to end: the runtime", "docs/bench/runtime.md"),
+    (
+        "On a lent 16-core machine (H200 host)",
+        "docs/bench/lent-16-cores.md",
+    ),
+];
+
 /// Writes each throughput-against-threads plot to `dir` as `STEM.svg`; returns the Markdown
 /// that shows them from `docs/`.
 fn write_plots(dir: &Path, mix_plots: &[Plot]) -> std::io::Result<String> {
@@ -1242,6 +1253,18 @@ fn write_docs(
     for s in ratio_series {
         let v: Vec<String> = s.values.iter().map(|v| format!("{v:.1}%")).collect();
         let _ = writeln!(ratios, "| {} | {} |", s.label, v.join(" | "));
+    }
+    // Sections measured by other tools or on other machines, kept beside the plots and
+    // carried over verbatim.
+    let mut included = String::new();
+    for (title, path) in INCLUDED {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let _ = write!(included, "## {title}\n\n{}\n", text.trim_end());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
     let doc = format!(
         "# Benchmarks\n\n\
@@ -1297,7 +1320,7 @@ fn write_docs(
          ## Hit ratio against capacity\n\n\
          Zipf s=0.9 over 100k keys, {} accesses, one thread; get, and insert on a miss. Real\n\
          traces: `cargo run --release -p runcache-bench --bin trace` (see `docs/DESIGN.md`).\n\n{ratios}\n\
-         ## Plots\n\n{plots}\n",
+         ## Plots\n\n{plots}\n{included}",
         MIX_KEYS, scale.hits, scale.mix_ops, scale.churn_ops, scale.trace
     );
     std::fs::write("docs/BENCHMARKS.md", doc)
