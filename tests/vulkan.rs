@@ -53,6 +53,16 @@ fn assert_clean(ctx: &VulkanContext) {
     assert_eq!(errors, 0, "validation errors: {messages:#?}");
 }
 
+/// An allocator whose every write and read goes through a staging slot of `size` bytes
+/// (two halves of `size / 2`), even where the memory could be mapped.
+fn staged(ctx: &Arc<VulkanContext>, size: u64) -> VulkanAllocator {
+    VulkanAllocator::builder(ctx.clone())
+        .force_staging(true)
+        .staging_size(size)
+        .build()
+        .unwrap()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7) as u8 ^ seed)
@@ -696,11 +706,7 @@ fn a_buffer_above_the_storage_range_is_a_typed_error_unless_allowed() {
 fn device_memory_exhausted_mid_upload_leaves_nothing_behind() {
     let Some(ctx) = context() else { return };
     // Through staging in 1 MiB chunks: a 4 MiB upload takes four transfers.
-    let gpu = VulkanAllocator::builder(ctx.clone())
-        .force_staging(true)
-        .staging_size(1 << 20)
-        .build()
-        .unwrap();
+    let gpu = staged(&ctx, 1 << 20);
     let cache = runcache::constant::ConstantCache::with_capacity_bytes(DeviceKind::Gpu, 64 << 20);
     let bytes = pattern(4 << 20, 9);
     let key = ConstantKey::new(4, 1);
@@ -733,6 +739,37 @@ fn device_memory_exhausted_mid_upload_leaves_nothing_behind() {
     drop(added);
     drop(cache);
     assert_eq!(gpu.used_bytes(), 0);
+    drop(gpu);
+    assert_clean_to_the_end(ctx);
+}
+
+#[test]
+fn a_fence_wait_that_times_out_keeps_waiting_before_the_buffer_can_be_freed() {
+    let Some(ctx) = context() else { return };
+    // Through staging in 512 KiB halves: a 4 MiB upload takes eight transfers.
+    let gpu = staged(&ctx, 1 << 20);
+    let bytes = pattern(4 << 20, 5);
+    // The last wait, for the transfers still in flight, reports a timeout: the upload waits
+    // on instead of returning while the device may still write the buffer.
+    gpu.__inject(vulkan::Fault::Wait, 0, vk::Result::TIMEOUT);
+    let one_chunk = pattern(256 << 10, 6);
+    let buffer = gpu.upload(&one_chunk).expect("the wait is retried");
+    assert!(gpu.read(&buffer, 0, one_chunk.len() as u64).unwrap() == one_chunk);
+    drop(buffer);
+    // A timeout mid-upload (the wait before the fourth chunk reuses a half) stops the
+    // upload, a typed error; the chunks already sent are waited for before it returns and
+    // the buffer is freed, and the slot goes on working.
+    gpu.__inject(vulkan::Fault::Wait, 1, vk::Result::TIMEOUT);
+    assert_eq!(gpu.upload(&bytes).unwrap_err(), VulkanError::Timeout);
+    assert_eq!(gpu.used_bytes(), 0, "nothing leaked");
+    let buffer = gpu.upload(&bytes).unwrap();
+    assert!(gpu.read(&buffer, 0, bytes.len() as u64).unwrap() == bytes);
+    drop(buffer);
+    // A read whose wait times out also returns only once the copy is done.
+    let buffer = gpu.upload(&one_chunk).unwrap();
+    gpu.__inject(vulkan::Fault::Wait, 0, vk::Result::TIMEOUT);
+    assert!(gpu.read(&buffer, 0, one_chunk.len() as u64).unwrap() == one_chunk);
+    drop(buffer);
     drop(gpu);
     assert_clean_to_the_end(ctx);
 }
@@ -840,11 +877,7 @@ fn a_budget_that_shrinks_while_entries_are_cached_keeps_the_accounting_exact() {
 fn a_write_at_an_offset_through_both_staging_halves_lands_in_place() {
     let Some(ctx) = context() else { return };
     // Halves of 64 KiB: a write of 300,001 bytes takes five chunks, alternating halves.
-    let gpu = VulkanAllocator::builder(ctx.clone())
-        .force_staging(true)
-        .staging_size(128 << 10)
-        .build()
-        .unwrap();
+    let gpu = staged(&ctx, 128 << 10);
     let base = pattern(1 << 20, 1);
     let mut buffer = gpu.upload(&base).unwrap();
     let patch = pattern(300_001, 2);

@@ -540,7 +540,10 @@ impl VulkanAllocator {
 
     /// Writes `bytes` at `offset` into a buffer nobody else uses yet (`&mut`): by mapping when
     /// the memory is host-visible and coherent, else through a staging slot, a copy and a
-    /// fence. When it returns, the data is on the device.
+    /// fence. When it returns, the data is on the device, or, after an error, no transfer
+    /// into the buffer is in flight any more: a fence wait past its minute is retried with a
+    /// warning rather than returned, since the caller may free the buffer next (only a lost
+    /// device ends the wait early).
     ///
     /// # Errors
     /// [`VulkanError::OutOfRange`], [`VulkanError::NotFromThisAllocator`], or a staging or
@@ -569,7 +572,7 @@ impl VulkanAllocator {
         let mut sent = || {
             for (i, chunk) in bytes.chunks(staging.chunk() as usize).enumerate() {
                 let half = i % 2;
-                staging.wait(half)?;
+                staging.wait(half, &self.shared.faults)?;
                 let (src_offset, host) = staging.half(half);
                 // SAFETY: (V2, V4) the half is mapped, `chunk()` bytes long (at least
                 // `chunk.len()`), and idle (its last transfer was waited for just above).
@@ -592,9 +595,9 @@ impl VulkanAllocator {
             Ok(())
         };
         let sent = sent();
-        // Every transfer into the buffer is over before it returns, even after an error: the
-        // caller may free the buffer then.
-        let done = staging.wait_all();
+        // Every transfer into the buffer is over before it returns, even after an error or a
+        // wait that timed out: the caller may free the buffer then.
+        let done = staging.settle(&self.shared.faults);
         drop(slot);
         sent.and(done)
     }
@@ -638,7 +641,9 @@ impl VulkanAllocator {
                 vk::PipelineStageFlags::HOST,
                 vk::AccessFlags::HOST_READ,
             )?;
-            staging.wait(0)?;
+            // Settled, not just waited for: after a timeout the caller could free `buffer`
+            // while the copy still reads it.
+            staging.settle(&self.shared.faults)?;
             // SAFETY: (V2, V4) the transfer finished (fence) and the half holds
             // `chunk.len()` bytes of it.
             unsafe { std::ptr::copy_nonoverlapping(host, chunk.as_mut_ptr(), chunk.len()) };

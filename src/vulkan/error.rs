@@ -93,7 +93,8 @@ pub enum VulkanError {
     },
     /// The buffer was made by another allocator.
     NotFromThisAllocator,
-    /// A transfer did not finish within a minute.
+    /// A transfer did not finish within a minute, so an upload stopped sending the rest.
+    /// The transfers already sent were still waited for before the error was returned.
     Timeout,
     /// An allocator setting that cannot be built.
     InvalidConfig {

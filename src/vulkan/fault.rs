@@ -16,6 +16,9 @@ pub enum Fault {
     Allocation,
     /// A transfer's submission to the queue (one chunk of an upload through staging).
     Transfer,
+    /// A wait for a transfer's fence: `vk::Result::TIMEOUT` there makes the wait report a
+    /// timeout at once, while the transfer runs on.
+    Wait,
 }
 
 /// The top two bits of an armed word: where the fault strikes (0: nothing armed).
@@ -23,6 +26,7 @@ fn site(at: Fault) -> u64 {
     match at {
         Fault::Allocation => 1,
         Fault::Transfer => 2,
+        Fault::Wait => 3,
     }
 }
 

@@ -116,14 +116,19 @@ impl Staging {
 
     /// Waits for half `half`'s transfer in flight, if any, so its bytes and command buffer
     /// may be used again. A failed wait leaves the half pending: its next use waits again.
-    pub(super) fn wait(&mut self, half: usize) -> Result<(), VulkanError> {
+    pub(super) fn wait(&mut self, half: usize, faults: &Faults) -> Result<(), VulkanError> {
         if !self.pending[half] {
             return Ok(());
         }
         let d = &self.ctx.device;
         let fence = [self.fences[half]];
-        // SAFETY: (V2) the fence is this slot's, and the slot is this thread's.
-        match unsafe { d.wait_for_fences(&fence, true, FENCE_TIMEOUT.as_nanos() as u64) } {
+        let waited = match faults.strike(Fault::Wait) {
+            // An injected result, with the same effect: the fence is left as it is.
+            Some(r) => Err(r),
+            // SAFETY: (V2) the fence is this slot's, and the slot is this thread's.
+            None => unsafe { d.wait_for_fences(&fence, true, FENCE_TIMEOUT.as_nanos() as u64) },
+        };
+        match waited {
             Ok(()) => {}
             Err(vk::Result::TIMEOUT) => return Err(VulkanError::Timeout),
             Err(r) => return Err(VulkanError::from_vk("vkWaitForFences", r, 0)),
@@ -135,11 +140,27 @@ impl Staging {
         Ok(())
     }
 
-    /// Waits for both halves; the first error, after trying both.
-    pub(super) fn wait_all(&mut self) -> Result<(), VulkanError> {
-        let first = self.wait(0);
-        let second = self.wait(1);
-        first.and(second)
+    /// Waits until no transfer of this slot is in flight: a wait that times out is tried
+    /// again (with a warning each time) rather than given up, because the caller's buffer
+    /// that a transfer reads or writes may be freed once this returns. Only the device's own
+    /// failure (a lost device: it runs nothing more) ends it early; the first error, after
+    /// both halves.
+    pub(super) fn settle(&mut self, faults: &Faults) -> Result<(), VulkanError> {
+        let mut first = Ok(());
+        for half in 0..2 {
+            let done = loop {
+                match self.wait(half, faults) {
+                    Err(VulkanError::Timeout) => log::warn!(
+                        "a staged transfer is still running after {} s; waiting on, since \
+                         its buffer may be freed once it ends",
+                        FENCE_TIMEOUT.as_secs()
+                    ),
+                    done => break done,
+                }
+            };
+            first = first.and(done);
+        }
+        first
     }
 
     /// Submits, on half `half`'s command buffer and fence, a copy of `region` from
@@ -156,7 +177,7 @@ impl Staging {
         dst_stage: vk::PipelineStageFlags,
         dst_access: vk::AccessFlags,
     ) -> Result<(), VulkanError> {
-        self.wait(half)?;
+        self.wait(half, faults)?;
         let d = &self.ctx.device;
         let commands = self.commands[half];
         // The half's command buffer and fence belong to this slot, which one thread holds at
@@ -205,8 +226,9 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        // A half still pending after a failed wait (a timeout) is waited for once more.
-        let _ = self.wait_all();
+        // A half still pending after a failed wait is waited for (its transfer may still use
+        // the staging buffer freed below).
+        let _ = self.settle(&Faults::default());
         let d = &self.ctx.device;
         // SAFETY: (V2, V3) the slot's handles were made on this device and are idle (every
         // submission was waited for); null handles are ignored by the destroy calls.
