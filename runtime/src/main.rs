@@ -845,6 +845,8 @@ struct Tally {
     unexpected: AtomicUsize,
     mismatches: AtomicUsize,
     peak: AtomicU64,
+    /// Nanoseconds async serving threads spent blocked on a full channel to their checker.
+    blocked: AtomicU64,
 }
 
 /// A request to serve: its index, rows and input.
@@ -898,6 +900,8 @@ impl Tally {
 
 /// Concurrent requests per serving thread with `--async`.
 const TASKS_PER_THREAD: usize = 4;
+/// Responses of an async serving thread that may wait for their reference check.
+const UNCHECKED: usize = 1024;
 
 fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) -> Report {
     let backend = Backend::new(choice, o, store);
@@ -932,6 +936,7 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
         unexpected: AtomicUsize::new(0),
         mismatches: AtomicUsize::new(0),
         peak: AtomicU64::new(0),
+        blocked: AtomicU64::new(0),
     };
     let (backend, tally, scratch) = (&backend, &tally, &scratch);
     // The blocking serving thread: one request at a time.
@@ -966,7 +971,7 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
     // each response to `checked`, whose thread compares it with the reference, so that no
     // task's latency includes another's reference check.
     type Response = (Request, Result<Vec<f32>, Failure>);
-    let task = |checked: std::sync::mpsc::Sender<Response>| async move {
+    let task = |checked: std::sync::mpsc::SyncSender<Response>| async move {
         let mut mine = Vec::new();
         while let Some(taken) = tally.take(mlp, o) {
             let Some(q) = taken else { continue };
@@ -1001,7 +1006,13 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
             }
             .await;
             mine.push(began.elapsed());
-            if let Err(unchecked) = checked.send((q, out)) {
+            // Time blocked on a full channel stops the whole thread: it is not serving time.
+            let waited = Instant::now();
+            let sent = checked.send((q, out));
+            tally
+                .blocked
+                .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if let Err(unchecked) = sent {
                 // The checker is gone (it panicked): count the response as a mismatch.
                 tally.fail(
                     unchecked.0 .0.r,
@@ -1019,7 +1030,10 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
                     if !o.asynchronous {
                         return Ok((blocking(), None));
                     }
-                    let (send, receive) = std::sync::mpsc::channel::<Response>();
+                    // Bounded: a checker that falls behind holds its serving thread back
+                    // (the thread blocks on a full channel), so a long run's unchecked
+                    // responses stay within the bound instead of piling up.
+                    let (send, receive) = std::sync::mpsc::sync_channel::<Response>(UNCHECKED);
                     s.spawn(move || {
                         for (q, out) in receive {
                             tally.check(mlp, &q, out.as_deref().map_err(Clone::clone), backend);
@@ -1058,7 +1072,8 @@ fn serve(mlp: &Mlp, choice: Choice, threads: usize, o: &Options, store: &Store) 
             Some(wall) => wall.as_secs_f64(),
             None => mine.iter().map(Duration::as_secs_f64).sum(),
         })
-        .sum();
+        .sum::<f64>()
+        - tally.blocked.load(Ordering::Relaxed) as f64 / 1e9;
     let mut latencies: Vec<Duration> = served.into_iter().flat_map(|(mine, _)| mine).collect();
     tally.bar.finish_and_clear();
     let ran = latencies.len();
