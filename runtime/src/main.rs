@@ -62,6 +62,10 @@ const BATCHES: [(usize, u64); 4] = [(1, 50), (2, 25), (4, 15), (8, 10)];
 /// Sequence lengths are multiples of this, up to `SEQ_STEPS` of them.
 const SEQ_STEP: usize = 8;
 const SEQ_STEPS: usize = 32;
+/// Sequence steps with weight 1/(s+1)^1.2: a few short lengths hot, a long tail cold.
+/// Computed once, not per request.
+static SEQ_WEIGHTS: std::sync::LazyLock<[f64; SEQ_STEPS]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|s| 1.0 / ((s + 1) as f64).powf(1.2)));
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Choice {
@@ -491,16 +495,10 @@ where
                 "moka's future cache has no blocking lookup".into(),
             )),
             Peer::QuickCache(c) => c.get_or_insert_with(&key, build),
-            Peer::MutexHashMap(m) => {
-                let found = lock(m).get(&key).cloned();
-                match found {
-                    Some(found) => Ok(found),
-                    None => {
-                        let built = build()?;
-                        Ok(Arc::clone(lock(m).entry(key).or_insert(built)))
-                    }
-                }
-            }
+            Peer::MutexHashMap(m) => match cached(m, &key) {
+                Some(found) => Ok(found),
+                None => Ok(keep(m, key, build()?)),
+            },
             Peer::None => build(),
         }
     }
@@ -516,19 +514,10 @@ where
         match self {
             Peer::MokaFuture(c) => c.try_get_with(key, build).await.map_err(|e| (*e).clone()),
             Peer::QuickCache(c) => c.get_or_insert_async(&key, build).await,
-            // The map's lock is held only to look and to insert, never across the build.
-            Peer::MutexHashMap(m) => {
-                // Bound first: the scrutinee's guard would live through the whole match.
-                let found = lock(m).get(&key).cloned();
-                match found {
-                    Some(found) => Ok(found),
-                    None => {
-                        // Built before the lock is taken: an operand evaluates after it.
-                        let built = build.await?;
-                        Ok(Arc::clone(lock(m).entry(key).or_insert(built)))
-                    }
-                }
-            }
+            Peer::MutexHashMap(m) => match cached(m, &key) {
+                Some(found) => Ok(found),
+                None => Ok(keep(m, key, build.await?)),
+            },
             Peer::None => build.await,
             Peer::Moka(_) => Err(Failure::Cache("moka's blocking cache in async code".into())),
         }
@@ -577,6 +566,22 @@ struct Backend<'s> {
 /// Locks a map of the mutex-hashmap runtime (a panic elsewhere leaves the map usable).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The mutex-guarded map's value for `key`, if it holds one. The lock is held for the look
+/// only (and never across a build: the guard ends with this call).
+fn cached<K: std::hash::Hash + Eq, V>(m: &Mutex<HashMap<K, Arc<V>>>, key: &K) -> Option<Arc<V>> {
+    lock(m).get(key).cloned()
+}
+
+/// Keeps `built` for `key` unless another caller's value got there first; returns the one
+/// kept (the map's insert: the value was built outside the lock).
+fn keep<K: std::hash::Hash + Eq, V>(
+    m: &Mutex<HashMap<K, Arc<V>>>,
+    key: K,
+    built: Arc<V>,
+) -> Arc<V> {
+    Arc::clone(lock(m).entry(key).or_insert(built))
 }
 
 impl<'s> Backend<'s> {
@@ -762,10 +767,7 @@ fn request_rows(o: &Options, r: usize) -> usize {
             hit
         })
         .map_or(1, |b| b.0);
-    // Sequence steps with weight 1/(s+1)^1.2: a few short lengths hot, a long tail cold.
-    let weights: Vec<f64> = (0..SEQ_STEPS)
-        .map(|s| 1.0 / ((s + 1) as f64).powf(1.2))
-        .collect();
+    let weights = &*SEQ_WEIGHTS;
     let sum: f64 = weights.iter().sum();
     let mut u = (next() >> 11) as f64 / (1u64 << 53) as f64 * sum;
     let step = weights
