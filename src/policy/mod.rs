@@ -50,8 +50,9 @@
 //!   the first admission of a warm cache (at least half full) turns on for good. Entries
 //!   admitted before, or by a thread that read the switch late, stay unclaimed until the
 //!   engine enlists them: it sweeps its tables a step per admission once the switch is on,
-//!   and sweeps them whole when the queues give no victim while entries are cached (see
-//!   `raw/evict.rs`). So every cached entry is either claimed and queued, or unclaimed and
+//!   and sweeps them whole when the queues give no victim while entries are cached, or look
+//!   short of the cache ([`S3Fifo::short_of`]) before one whole sweep has run with the
+//!   switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued, or unclaimed and
 //!   reached by the sweep; eviction never misses an entry for good.
 //! - **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
 //!   evictor at a time moves: the thread whose compare-and-swap moves the sampling period's
@@ -489,6 +490,20 @@ impl<T: Queued> S3Fifo<T> {
     pub(crate) fn queueing(&self) -> bool {
         // Relaxed: see `admit`.
         self.queueing.load(Ordering::Relaxed)
+    }
+
+    /// Whether the queues look short of a cache that holds `size`: the small queue is empty,
+    /// or the queues' weights add up to less than `size`. Entries the engine's sweep missed
+    /// (**P2**) are one cause; reservations on their way to the queues are another, so it is
+    /// a hint for the engine's one whole walk, not a count.
+    pub(crate) fn short_of(&self, size: u64) -> bool {
+        // Relaxed: queue-size hints.
+        self.small.is_empty()
+            || self
+                .small_weight
+                .load(Ordering::Relaxed)
+                .saturating_add(self.main_weight.load(Ordering::Relaxed))
+                < size
     }
 
     /// Queues a cached entry that was admitted while the cache was cold, unless it is queued

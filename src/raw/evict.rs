@@ -23,6 +23,10 @@ pub(super) struct Sweep {
     next: AtomicUsize,
     /// Every shard's root table was swept past its end.
     done: AtomicBool,
+    /// A whole walk of the tables enlisted every cached entry after the queueing switch was
+    /// on: since then every admission claims its own entry, so nothing is outside the
+    /// queues and the evictors stop looking for what the sweep missed (P2).
+    settled: AtomicBool,
 }
 
 impl Sweep {
@@ -30,6 +34,7 @@ impl Sweep {
         Self {
             next: AtomicUsize::new(0),
             done: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
         }
     }
 
@@ -46,6 +51,17 @@ impl Sweep {
     fn finish(&self) {
         // Relaxed: as in `done`.
         self.done.store(true, Ordering::Relaxed);
+    }
+
+    fn settled(&self) -> bool {
+        // Relaxed: a hint; a late reader only takes one more whole walk.
+        self.settled.load(Ordering::Relaxed)
+    }
+
+    fn settle(&self) {
+        // Relaxed: as in `settled`.
+        self.settled.store(true, Ordering::Relaxed);
+        self.finish();
     }
 }
 
@@ -136,7 +152,15 @@ where
             let hits = self.stat(Counter::Hit);
             policy.adapt(hits, hits.wrapping_add(self.stat(Counter::Miss)));
         }
+        // Entries the step-wise sweep missed stay outside the queues, where no evictor finds
+        // them: an early eviction whose queues are short of the cache (the small queue
+        // empty, or the queues' weights below the cached weight) walks the tables once to
+        // enlist them before it takes a victim, until one such walk settles the matter (P2).
         let mut swept = false;
+        if !self.sweep.settled() && policy.short_of(self.budget.size()) {
+            swept = true;
+            self.enlist_all(policy, &pin.guard);
+        }
         loop {
             while let Some(node) = policy.victim(capacity) {
                 let shard = self.shard(node.hash);
@@ -151,17 +175,29 @@ where
                 return None;
             }
             swept = true;
-            // `walk` finishes a migration in flight first, so every cached entry is in the
-            // table it walks; `|` (not `||`) so that the sweep goes on past the first.
-            let enlisted = self
-                .shards
-                .iter()
-                .flat_map(|shard| shard.walk(&pin.guard))
-                .fold(false, |any, n| enlist(policy, n, &pin.guard) | any);
-            if !enlisted {
+            if !self.enlist_all(policy, &pin.guard) {
                 return None;
             }
         }
+    }
+
+    /// Enlists every cached entry that was never queued, walking every table (P2); whether
+    /// it enlisted any. A walk that began with the queueing switch on settles the sweep:
+    /// whatever it did not meet was admitted after it began, by an admission that claimed
+    /// its entry itself.
+    fn enlist_all(&self, policy: &S3Fifo<NodeRef<K, V>>, guard: &Guard) -> bool {
+        let queueing = policy.queueing();
+        // `walk` finishes a migration in flight first, so every cached entry is in the
+        // table it walks; `|` (not `||`) so that the sweep goes on past the first.
+        let enlisted = self
+            .shards
+            .iter()
+            .flat_map(|shard| shard.walk(guard))
+            .fold(false, |any, n| enlist(policy, n, guard) | any);
+        if queueing {
+            self.sweep.settle();
+        }
+        enlisted
     }
 
     /// Hands a node whose value was just published to the policy.
@@ -292,6 +328,38 @@ where
 #[cfg(all(test, not(runcache_loom)))]
 mod tests {
     use super::held;
+    use crate::raw::RawCache;
+    use std::collections::hash_map::RandomState;
+
+    /// Entries admitted while the cache was cold and missed by the step-wise sweep (a table
+    /// migrating under it does that; here the sweep is ended before it starts) must still
+    /// reach the queues once the cache evicts: otherwise no evictor ever finds them, and
+    /// they hold their room for good while the entries in use are evicted instead.
+    #[test]
+    fn entries_the_sweep_missed_are_still_evicted() {
+        let c = RawCache::<u64, u64, _>::new(8, 1_000, RandomState::new(), None, None, true, None);
+        c.sweep.finish();
+        for k in 0..500 {
+            assert!(c.insert(k, k).is_ok());
+        }
+        let used = 1_000..2_000u64;
+        let mut hits = 0;
+        for _ in 0..20 {
+            hits = 0;
+            for k in used.clone() {
+                let found = c.get(&k, &c.pin()).is_some();
+                if found {
+                    hits += 1;
+                } else {
+                    assert!(c.insert(k, k).is_ok());
+                }
+            }
+        }
+        let stale = (0..500).filter(|k| c.get(k, &c.pin()).is_some()).count();
+        assert!(stale <= 10, "{stale} of 500 unused entries kept their room");
+        assert!(hits >= 950, "only {hits} of 1,000 entries in use hit");
+        assert_eq!(c.validate(), Ok(()));
+    }
 
     #[test]
     fn held_scales_the_capacity_by_the_mean_weight() {
