@@ -1197,7 +1197,11 @@ fn an_entry_being_built_is_not_yielded() {
 fn iteration_racing_migrations_yields_each_key_cached_throughout_once() {
     const STABLE: u64 = 1_000;
     const WINDOW: u64 = 4_000;
+    // At least this many iterations, and on until the tables migrated under one (a release
+    // build's writers take longer than 200 iterations to fill the presized tables), but
+    // never more than `MAX_ROUNDS`.
     const ROUNDS: usize = 200;
+    const MAX_ROUNDS: usize = 20_000;
     let c = two_shards_holding(STABLE, |k| k + 1);
     // Keys `STABLE + i` for `i < progress` have been inserted; those with `i + WINDOW <
     // progress` may have been removed since.
@@ -1229,7 +1233,10 @@ fn iteration_racing_migrations_yields_each_key_cached_throughout_once() {
         // the scope waits for them before it passes the panic on).
         let _stop = Stop(done);
         let mut checked = 0;
-        for _ in 0..ROUNDS {
+        for round in 0..MAX_ROUNDS {
+            if round >= ROUNDS && c.__migrations() > start {
+                break;
+            }
             let before = progress.load(Ordering::Acquire);
             let pinned = c.pin();
             let mut seen = std::collections::HashSet::new();
@@ -1254,7 +1261,7 @@ fn iteration_racing_migrations_yields_each_key_cached_throughout_once() {
         checked
     });
     let migrated = c.__migrations() - start;
-    assert!(migrated > 0, "no migration in {ROUNDS} iterations");
+    assert!(migrated > 0, "no migration in {MAX_ROUNDS} iterations");
     assert!(
         checked > 0,
         "the writer's window never spanned an iteration"
