@@ -1363,3 +1363,34 @@ impl Drop for Stop<'_> {
         self.0.store(true, Ordering::Relaxed);
     }
 }
+
+/// Values aligned to less than a word (and a zero-sized one) sit at a word-aligned address in
+/// their node, whose value cell keeps tags in the address's low bits: each is cached, handed
+/// out, replaced and removed whole.
+#[test]
+fn values_smaller_than_a_word_are_cached_and_handed_out_whole() {
+    let units = Cache::<u64, ()>::builder().capacity(8).build().unwrap();
+    for k in 0..32 {
+        units.insert(k, ()).unwrap();
+    }
+    assert_eq!(units.len(), 8);
+    assert!((0..32).any(|k| units.get(&k).is_some()));
+
+    let bytes = Cache::<u64, u8>::builder().capacity(100).build().unwrap();
+    let odd = Cache::<u64, [u8; 3]>::builder().capacity(100).build().unwrap();
+    for k in 0..50u64 {
+        bytes.insert(k, k as u8).unwrap();
+        odd.insert(k, [k as u8, 1, 2]).unwrap();
+    }
+    for k in 0..50u64 {
+        assert_eq!(bytes.get(&k).as_deref(), Some(&(k as u8)));
+        assert_eq!(odd.get(&k).as_deref(), Some(&[k as u8, 1, 2]));
+    }
+    let held = bytes.get(&7).unwrap();
+    bytes.insert(7, 70).unwrap();
+    assert_eq!((*held, *bytes.get(&7).unwrap()), (7, 70));
+    assert_eq!(bytes.remove(&7).as_deref(), Some(&70));
+    assert_eq!(*held, 7, "a handle keeps the replaced value");
+    assert_eq!(bytes.__validate(), Ok(()));
+    assert_eq!(odd.__validate(), Ok(()));
+}

@@ -70,7 +70,7 @@ impl Sweep {
 fn enlist<K, V>(policy: &S3Fifo<NodeRef<K, V>>, node: &Node<K, V>, guard: &Guard) -> bool {
     match node.view(guard) {
         // The node that holds the value: this one, or its replacement.
-        View::Ready { node, .. } => policy.enlist(&node.meta, || hold(node)),
+        View::Ready { node, .. } => policy.enlist(node.meta(), || hold(node)),
         View::Loading | View::Dead => false,
     }
 }
@@ -219,7 +219,7 @@ where
         let policy = self.policy.as_ref()?;
         let (size, capacity) = self.budget.snapshot();
         policy
-            .admit(&node.meta, node.hash, size >= capacity / 2)
+            .admit(node.meta(), node.hash, size >= capacity / 2)
             .then_some(policy)
     }
 

@@ -23,7 +23,8 @@
 
 #![allow(unsafe_code)]
 
-use crate::sync::{fence, AtomicUsize, Ordering};
+use crate::policy::EntryMeta;
+use crate::sync::{fence, AtomicU32, Ordering};
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
 use std::cmp;
@@ -37,31 +38,65 @@ use std::sync::Arc;
 
 /// A value and the count of its owners (**C1**). `repr(C)`, so the value's offset in it
 /// depends on `V` alone, whatever allocation holds it.
+///
+/// The count is 32 bits, and the eviction policy's state of the entry whose node holds the
+/// value sits beside it, in the bytes a value aligned to 8 would leave as padding: so a
+/// `u64 → u64` node is 56 bytes, which the allocator serves from a 64-byte block instead of
+/// an 80-byte one (`docs/DESIGN.md`, "Memory per entry"). A value that was never cached
+/// (`Solo`) leaves the policy's state unused.
+///
+/// The head is aligned to 8 (and so is its size), so the value starts at a multiple of 8
+/// whatever its own alignment: a node's value cell keeps tags in the low three bits of the
+/// value's address (N1).
 #[repr(C)]
 pub(crate) struct Counted<V> {
-    refs: AtomicUsize,
+    head: Head,
     value: UnsafeCell<MaybeUninit<V>>,
 }
 
+/// A `Counted`'s count and the policy's state beside it.
+#[repr(C, align(8))]
+struct Head {
+    refs: AtomicU32,
+    /// The eviction policy's state of the entry (unused outside a node).
+    meta: EntryMeta,
+}
+
+// The value's address is a multiple of 8 for any `V`.
+#[cfg(not(runcache_loom))]
+const _: () = assert!(
+    std::mem::offset_of!(Counted<()>, value) == 8
+        && std::mem::offset_of!(Counted<u8>, value) == 8
+        && std::mem::offset_of!(Counted<u64>, value) == 8
+);
+
 /// The largest count: as `Arc`, a count this high means handles are being leaked in a loop,
-/// and aborting is the only sound answer (the count must never wrap).
-const MAX_REFS: usize = isize::MAX as usize;
+/// and aborting is the only sound answer (the count must never wrap). Half the range, so
+/// that threads racing past the check cannot wrap it either: 2^31 handles of one value
+/// would take 32 GiB of handles.
+const MAX_REFS: u32 = i32::MAX as u32;
 
 impl<V> Counted<V> {
     /// No value yet (`refs == 0`).
     pub(crate) fn empty() -> Self {
         Self {
-            refs: AtomicUsize::new(0),
+            head: Head {
+                refs: AtomicU32::new(0),
+                meta: EntryMeta::new(),
+            },
             value: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
 
     /// `value`, with `refs` owners. The caller takes the allocation's count for the value
     /// (C1) once the `Counted` is in place.
-    pub(crate) fn with(value: V, refs: usize) -> Self {
+    pub(crate) fn with(value: V, refs: u32) -> Self {
         debug_assert!(refs > 0);
         Self {
-            refs: AtomicUsize::new(refs),
+            head: Head {
+                refs: AtomicU32::new(refs),
+                meta: EntryMeta::new(),
+            },
             value: UnsafeCell::new(MaybeUninit::new(value)),
         }
     }
@@ -71,12 +106,12 @@ impl<V> Counted<V> {
     /// # Safety
     /// - The `Counted` is empty and nothing else writes or reads it until the caller
     ///   publishes it (a Release store that the readers' loads acquire).
-    pub(crate) unsafe fn fill(&self, value: V, refs: usize) {
+    pub(crate) unsafe fn fill(&self, value: V, refs: u32) {
         debug_assert!(refs > 0);
         // SAFETY: (C1) the caller's contract: nobody reads the value before it is published.
         unsafe { (*self.value.get()).write(value) };
         // Relaxed: published with the value by the caller's Release store.
-        self.refs.store(refs, Ordering::Relaxed);
+        self.head.refs.store(refs, Ordering::Relaxed);
     }
 
     /// Takes the value back out of a `Counted` that was never shared, leaving it empty.
@@ -85,9 +120,15 @@ impl<V> Counted<V> {
     /// - The `Counted` holds a value and only the caller can reach it.
     pub(crate) unsafe fn take(&self) -> V {
         // Relaxed: never shared.
-        self.refs.store(0, Ordering::Relaxed);
+        self.head.refs.store(0, Ordering::Relaxed);
         // SAFETY: (C1) it holds a value, which is read out once and never dropped in place.
         unsafe { (*self.value.get()).assume_init_read() }
+    }
+
+    /// The eviction policy's state of the entry whose node holds this `Counted`.
+    #[inline(always)]
+    pub(crate) fn meta(&self) -> &EntryMeta {
+        &self.head.meta
     }
 
     /// Where the value is (or will be).
@@ -114,7 +155,7 @@ impl<V> Counted<V> {
     fn acquire(&self) {
         // Relaxed: the new owner is made from an existing one, which keeps the value alive;
         // nothing is published (as `Arc::clone`).
-        let old = self.refs.fetch_add(1, Ordering::Relaxed);
+        let old = self.head.refs.fetch_add(1, Ordering::Relaxed);
         if old > MAX_REFS {
             std::process::abort();
         }
@@ -126,7 +167,7 @@ impl<V> Counted<V> {
     fn release(&self) -> bool {
         // Release: pairs with the Acquire fence below, run by the owner that ends the count,
         // so every owner's use of the value happens before its drop (as `Arc`'s drop).
-        if self.refs.fetch_sub(1, Ordering::Release) != 1 {
+        if self.head.refs.fetch_sub(1, Ordering::Release) != 1 {
             return false;
         }
         // Acquire: pairs with the Release decrements of the other owners.
@@ -182,7 +223,7 @@ impl<V> Drop for Solo<V> {
     fn drop(&mut self) {
         // C1: the allocation is freed only after the value's count went, and the value with it.
         // Relaxed: `&mut self`.
-        debug_assert_eq!(self.counted.refs.load(Ordering::Relaxed), 0);
+        debug_assert_eq!(self.counted.head.refs.load(Ordering::Relaxed), 0);
     }
 }
 
@@ -379,7 +420,7 @@ impl<V> WeakHandle<V> {
     pub fn upgrade(&self) -> Option<Handle<V>> {
         // SAFETY: (C3) our count keeps the allocation, so the count word is alive.
         let counted = unsafe { self.counted.as_ref() };
-        let mut n = counted.refs.load(Ordering::Relaxed);
+        let mut n = counted.head.refs.load(Ordering::Relaxed);
         loop {
             if n == 0 {
                 return None;
@@ -389,10 +430,12 @@ impl<V> WeakHandle<V> {
             }
             // Acquire: pairs with the Release decrements, as a count taken from a handle
             // would be ordered after the owners' writes (as `Weak::upgrade`).
-            match counted
-                .refs
-                .compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed)
-            {
+            match counted.head.refs.compare_exchange_weak(
+                n,
+                n + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 // SAFETY: (C1, C3) we took one count of a live value.
                 Ok(_) => return Some(unsafe { Handle::adopt(self.counted, self.ops) }),
                 Err(now) => n = now,

@@ -294,7 +294,7 @@ where
     #[inline(always)]
     fn touch(&self, node: &Node<K, V>) {
         if self.policy.is_some() {
-            node.meta.touch();
+            node.meta().touch();
         }
     }
 

@@ -27,7 +27,7 @@ use super::waiters::Waiters;
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
 use crate::sync::UnsafeCell;
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -71,9 +71,11 @@ const TAGS: usize = 7;
 /// An entry node.
 ///
 /// A node carries its own strong count ([`NodeRef`]); every table slot that points at one holds a strong
-/// count (**I1**). `repr(C)`, with what a hit reads first (the hash, the value cell, the
-/// policy byte) and the key right after them, the value last (a large value does not push
-/// the key away from the cell).
+/// count (**I1**). `repr(C)`, with what a hit reads first (the value cell) and the key
+/// right after it, the value last (a large value does not push the key away from the cell),
+/// the policy's state and the value's 32-bit count just before the value (in its `Counted`).
+/// Two 32-bit fields share a word (the slot's state and the node's count), so a `u64 → u64`
+/// node is 56 bytes: a 64-byte block from the allocator.
 #[repr(C)]
 pub(crate) struct Node<K, V> {
     /// The key's full hash: probing compares it before the key.
@@ -98,16 +100,14 @@ pub(crate) struct Node<K, V> {
     /// forward, never back.
     value: AtomicUsize,
     pub(crate) slot: Slot,
-    /// The eviction policy's state for this entry.
-    pub(crate) meta: EntryMeta,
+    /// The node's strong counts (S1): tables, builders, waiters, queues, forwards, and its
+    /// value's owners together (C1).
+    refs: AtomicU32,
     key: K,
     /// The weight reserved for the value (**I5**). Written once, before the value is
     /// published (the Release that publishes it orders the write), and read by threads that
     /// acquired the value or admitted the node.
     weight: AtomicU64,
-    /// The node's strong counts (S1): tables, builders, waiters, queues, forwards, and its
-    /// value's owners together (C1).
-    refs: AtomicUsize,
     /// Under loom, a copy of the weight in a tracked cell, read by whoever takes the value,
     /// so that the models check that publishing orders the weight before the value.
     #[cfg(runcache_loom)]
@@ -122,14 +122,15 @@ pub(crate) struct Node<K, V> {
 pub(crate) type NodeRef<K, V> = Strong<Node<K, V>>;
 
 impl<K, V> Counts for Node<K, V> {
-    fn refs(&self) -> &AtomicUsize {
+    fn refs(&self) -> &AtomicU32 {
         &self.refs
     }
 }
 
-// A `u64 → u64` node is 64 bytes with its count: the only allocation of the entry.
+// A `u64 → u64` node is 56 bytes with its counts and the policy's state: the only
+// allocation of the entry, a 64-byte block (an allocator adds 8 bytes of its own).
 #[cfg(not(runcache_loom))]
-const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 64);
+const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 56);
 
 // SAFETY: (N1) a node owns a `K`, maybe a `V`, an outcome and a node it forwards to; it moves
 // between threads with them. All shared state is atomic (the loom-only witness is written
@@ -139,6 +140,13 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Send for Node<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Node<K, V> {}
 
 impl<K, V> Node<K, V> {
+    /// The eviction policy's state of the entry (kept in the value's `Counted`, beside its
+    /// count).
+    #[inline(always)]
+    pub(crate) fn meta(&self) -> &EntryMeta {
+        self.counted.meta()
+    }
+
     /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of it
     /// (S1).
     ///
@@ -184,10 +192,9 @@ impl<K, V> Node<K, V> {
             hash,
             value: AtomicUsize::new(cell),
             slot,
-            meta: EntryMeta::new(),
+            refs: AtomicU32::new(1),
             key,
             weight: AtomicU64::new(weight),
-            refs: AtomicUsize::new(1),
             #[cfg(runcache_loom)]
             witness: UnsafeCell::new(weight),
             counted,
@@ -615,7 +622,7 @@ pub(crate) fn hold<K, V>(node: &Node<K, V>) -> NodeRef<K, V> {
 
 impl<K, V> crate::policy::Queued for NodeRef<K, V> {
     fn meta(&self) -> &EntryMeta {
-        &self.meta
+        Node::meta(self)
     }
 
     fn weight(&self) -> u64 {

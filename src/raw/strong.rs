@@ -19,19 +19,22 @@
 
 #![allow(unsafe_code)]
 
-use crate::sync::{fence, AtomicUsize, Ordering};
+use crate::sync::{fence, AtomicU32, Ordering};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
 /// The most counts a node may have: beyond, as `Arc` does, the process aborts rather than
-/// risk the count wrapping (which would free a node still in use).
-const MAX_REFS: usize = isize::MAX as usize;
+/// risk the count wrapping (which would free a node still in use). A node's counts are its
+/// tables, builders, waiters, queue entries, forwards and one for its value's owners
+/// together, so 32 bits hold them with half the range to spare (threads racing past the
+/// check cannot wrap it).
+const MAX_REFS: u32 = i32::MAX as u32;
 
 /// What carries its own strong count: a node (`Node::refs`).
 pub(crate) trait Counts {
     /// The strong count (S1).
-    fn refs(&self) -> &AtomicUsize;
+    fn refs(&self) -> &AtomicU32;
 }
 
 /// One strong count of a `T` that carries its own (S1); dereferences to it. Nodes use it

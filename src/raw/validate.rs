@@ -41,7 +41,7 @@ where
                         weight += node.acquired_weight();
                         // Only claimed entries are queued (P1); the others wait for the
                         // policy's sweep (P2).
-                        if node.meta.is_claimed() {
+                        if node.meta().is_claimed() {
                             claimed.insert(node as *const Node<K, V> as usize);
                         }
                         if !keys.insert(node.key()) {
