@@ -847,10 +847,11 @@ fn pinned_lookups_reach_the_stats_when_the_handle_drops() {
     }
     assert!(pinned.contains_key(&1));
     drop(pinned);
-    // Ten hits and ten misses from `get`, one hit from `contains_key`, and the Arc path's own.
+    // Ten hits and ten misses from `get` and the handle path's own hit; `contains_key` is a
+    // peek and counts nothing.
     assert!(c.get(&1).is_some());
     let s = c.stats();
-    assert_eq!((s.hits, s.misses), (12, 10));
+    assert_eq!((s.hits, s.misses), (11, 10));
 }
 
 #[test]
@@ -1377,7 +1378,10 @@ fn values_smaller_than_a_word_are_cached_and_handed_out_whole() {
     assert!((0..32).any(|k| units.get(&k).is_some()));
 
     let bytes = Cache::<u64, u8>::builder().capacity(100).build().unwrap();
-    let odd = Cache::<u64, [u8; 3]>::builder().capacity(100).build().unwrap();
+    let odd = Cache::<u64, [u8; 3]>::builder()
+        .capacity(100)
+        .build()
+        .unwrap();
     for k in 0..50u64 {
         bytes.insert(k, k as u8).unwrap();
         odd.insert(k, [k as u8, 1, 2]).unwrap();
@@ -1393,4 +1397,33 @@ fn values_smaller_than_a_word_are_cached_and_handed_out_whole() {
     assert_eq!(*held, 7, "a handle keeps the replaced value");
     assert_eq!(bytes.__validate(), Ok(()));
     assert_eq!(odd.__validate(), Ok(()));
+}
+
+/// `contains_key` is a peek: it counts neither a hit nor a miss, and checking an entry does
+/// not keep it cached the way reading it does.
+#[test]
+fn contains_key_is_a_peek_that_neither_counts_nor_keeps_an_entry() {
+    let c = Cache::<u64, u64>::builder().capacity(100).build().unwrap();
+    for k in 0..100 {
+        c.insert(k, k).unwrap();
+    }
+    let before = c.stats();
+    for _ in 0..3 {
+        assert!(c.contains_key(&0));
+        assert!(!c.contains_key(&1_000));
+        assert!(c.pin().contains_key(&0));
+    }
+    let after = c.stats();
+    assert_eq!((after.hits, after.misses), (before.hits, before.misses));
+    for _ in 0..3 {
+        assert!(c.get(&1).is_some());
+    }
+    // A scan of keys never seen before: the entry that was read stays, the one that was
+    // only checked goes with the other unused ones.
+    for k in 10_000..20_000 {
+        c.get_or_insert_with(k, || k);
+    }
+    assert!(c.contains_key(&1), "the entry read three times was kept");
+    assert!(!c.contains_key(&0), "the entry only checked was kept");
+    c.__validate().unwrap();
 }

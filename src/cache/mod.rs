@@ -211,12 +211,16 @@ where
     }
 
     /// Whether a value is cached for `key`.
+    ///
+    /// A peek: it counts neither as a hit nor as a miss in [`stats`](Self::stats), and it
+    /// is not a use of the entry for the eviction policy (checking an entry does not keep it
+    /// cached, as reading it with [`get`](Self::get) does).
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.raw.lookup(key, |k| k.borrow() == key, |v| v.is_some())
+        self.raw.contains(key, None)
     }
 
     /// Caches `value` under `key`, replacing (and returning) any cached value.

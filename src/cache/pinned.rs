@@ -37,13 +37,15 @@ where
         self.raw.get(key, &self.pin)
     }
 
-    /// Whether a value is cached for `key`.
+    /// Whether a value is cached for `key`: a peek, as [`Cache::contains_key`] is (no hit
+    /// or miss counted, no use of the entry for the eviction policy).
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.get(key).is_some()
+        debug_assert!(self.raw.owns(&self.pin.guard));
+        self.raw.contains(key, Some(&self.pin))
     }
 
     /// The cached entries, borrowed for as long as this pin, in no particular order.

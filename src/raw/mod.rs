@@ -353,18 +353,47 @@ where
         eq: impl Fn(&K) -> bool,
         pin: &'g Pin<'_>,
     ) -> Option<&'g V> {
-        let found = self
-            .shard(hash)
-            .find_bound(hash, eq, &pin.guard)
-            .and_then(|n| match n.view(&pin.guard) {
-                View::Ready { node, value } => {
-                    self.touch(node);
-                    Some(value)
-                }
-                _ => None,
-            });
+        let found = self.find_value(hash, eq, &pin.guard).map(|(node, value)| {
+            self.touch(node);
+            value
+        });
         pin.looked_up(found.is_some());
         found
+    }
+
+    /// The node and value cached for the key that `eq` accepts; reads only, records nothing.
+    #[inline(always)]
+    fn find_value<'g>(
+        &'g self,
+        hash: u64,
+        eq: impl Fn(&K) -> bool,
+        guard: &'g Guard,
+    ) -> Option<(&'g Node<K, V>, &'g V)> {
+        self.shard(hash)
+            .find_bound(hash, eq, guard)
+            .and_then(|n| match n.view(guard) {
+                View::Ready { node, value } => Some((node, value)),
+                _ => None,
+            })
+    }
+
+    /// Whether a value is cached for `key`, as a peek: neither a hit nor a miss in the
+    /// statistics, and no use of the entry for the eviction policy (as `moka` and Caffeine
+    /// treat a containment check). `pin`, if the caller holds one; else one of its own.
+    pub(crate) fn contains<Q>(&self, key: &Q, pin: Option<&Pin<'_>>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let eq = |k: &K| k.borrow() == key;
+        match pin {
+            Some(pin) => self.find_value(hash, eq, &pin.guard).is_some(),
+            None => {
+                let pin = self.pin_for(self.shard(hash), hash);
+                self.find_value(hash, eq, &pin.guard).is_some()
+            }
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
