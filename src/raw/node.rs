@@ -71,15 +71,14 @@ const TAGS: usize = 7;
 /// An entry node.
 ///
 /// A node carries its own strong count ([`NodeRef`]); every table slot that points at one holds a strong
-/// count (**I1**). `repr(C)`, with what a hit reads first (the value cell) and the key
-/// right after it, the value last (a large value does not push the key away from the cell),
-/// the policy's state and the value's 32-bit count just before the value (in its `Counted`).
-/// Two 32-bit fields share a word (the slot's state and the node's count), so a `u64 → u64`
-/// node is 56 bytes: a 64-byte block from the allocator.
+/// count (**I1**). `repr(C)`, with what a hit reads first: the value cell, the key, the
+/// value's `Counted` (its 32-bit count and the policy's state, then the value itself), so a
+/// `u64 → u64` hit reads the node's first 32 bytes, one cache line for three of the four
+/// 16-byte-aligned places a 64-byte block can start at. What writers and the evictor read
+/// (the hash, the slot's state, the node's count, the weight) follows the value. A
+/// `u64 → u64` node is 56 bytes: a 64-byte block from the allocator.
 #[repr(C)]
 pub(crate) struct Node<K, V> {
-    /// The key's full hash: probing compares it before the key.
-    pub(crate) hash: u64,
     /// The value cell (**I4**, **I6**), one of:
     /// - 0: no value (it was removed);
     /// - the address of this node's own value (the cell owns one count of it, C1): the
@@ -93,17 +92,22 @@ pub(crate) struct Node<K, V> {
     /// - a `Box<Outcome>` pointer tagged [`OUTCOME`] (the cell owns it): the attempt ended
     ///   without caching, and this is what its waiters get.
     ///
-    /// The pointers are 8-aligned (a node's value follows the 8-byte count in `Counted`, at an
-    /// offset that is a multiple of 8 in a node aligned to at least 8; an `Outcome` is a box
-    /// of pointers), so the low three bits are free for the tags. A cell holds a value at
+    /// The pointers are 8-aligned (a node's value follows the 8-byte head of its `Counted`,
+    /// which is aligned to 8; an `Outcome` is a box of pointers), so the low three bits are free for the tags. A cell holds a value at
     /// most once: builder → list → value, outcome or 0 (the builder unwound), value → 0 or
     /// forward, never back.
     value: AtomicUsize,
+    key: K,
+    /// The value and the count of its owners (C1): written once (at creation, or by the
+    /// builder before publishing), dropped by its last owner.
+    counted: Counted<V>,
+    /// The key's full hash: where the slot word has no hash tag, probing compares it before
+    /// the key.
+    pub(crate) hash: u64,
     pub(crate) slot: Slot,
     /// The node's strong counts (S1): tables, builders, waiters, queues, forwards, and its
     /// value's owners together (C1).
     refs: AtomicU32,
-    key: K,
     /// The weight reserved for the value (**I5**). Written once, before the value is
     /// published (the Release that publishes it orders the write), and read by threads that
     /// acquired the value or admitted the node.
@@ -112,9 +116,6 @@ pub(crate) struct Node<K, V> {
     /// so that the models check that publishing orders the weight before the value.
     #[cfg(runcache_loom)]
     witness: UnsafeCell<u64>,
-    /// The value and the count of its owners (C1): written once (at creation, or by the
-    /// builder before publishing), dropped by its last owner.
-    counted: Counted<V>,
     _owns: PhantomData<V>,
 }
 
