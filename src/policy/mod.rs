@@ -52,8 +52,8 @@
 //!   engine enlists them: it sweeps its tables a step per admission once the switch is on,
 //!   and sweeps them whole when the queues give no victim while entries are cached, or look
 //!   short of the cache ([`S3Fifo::short_of`]) before one whole sweep has run with the
-//!   switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued, or unclaimed and
-//!   reached by the sweep; eviction never misses an entry for good.
+//!   switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued, or
+//!   unclaimed and reached by the sweep; eviction never misses an entry for good.
 //! - **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
 //!   evictor at a time moves: the thread whose compare-and-swap moves the sampling period's
 //!   start closes the period and writes the new share and step; the others go on with the

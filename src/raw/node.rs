@@ -93,9 +93,9 @@ pub(crate) struct Node<K, V> {
     ///   without caching, and this is what its waiters get.
     ///
     /// The pointers are 8-aligned (a node's value follows the 8-byte head of its `Counted`,
-    /// which is aligned to 8; an `Outcome` is a box of pointers), so the low three bits are free for the tags. A cell holds a value at
-    /// most once: builder → list → value, outcome or 0 (the builder unwound), value → 0 or
-    /// forward, never back.
+    /// which is aligned to 8; an `Outcome` is a box of pointers), so the low three bits are
+    /// free for the tags. A cell holds a value at most once: builder → list → value, outcome
+    /// or 0 (the builder unwound), value → 0 or forward, never back.
     value: AtomicUsize,
     key: K,
     /// The value and the count of its owners (C1): written once (at creation, or by the
