@@ -37,8 +37,9 @@ where
         self.raw.get(key, &self.pin)
     }
 
-    /// Whether a value is cached for `key`: a peek, as [`Cache::contains_key`] is (no hit
-    /// or miss counted, no use of the entry for the eviction policy).
+    /// Whether a value is cached for `key`: a peek, as
+    /// [`Cache::contains_key`](crate::Cache::contains_key) is (no hit or miss counted, no
+    /// use of the entry for the eviction policy).
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
