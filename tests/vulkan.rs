@@ -770,6 +770,14 @@ fn a_fence_wait_that_times_out_keeps_waiting_before_the_buffer_can_be_freed() {
     gpu.__inject(vulkan::Fault::Wait, 0, vk::Result::TIMEOUT);
     assert!(gpu.read(&buffer, 0, one_chunk.len() as u64).unwrap() == one_chunk);
     drop(buffer);
+    // So does a read of eight chunks, two in flight at a time, whose waits time out in
+    // the middle: every byte comes back in its place.
+    let buffer = gpu.upload(&bytes).unwrap();
+    gpu.__inject(vulkan::Fault::Wait, 2, vk::Result::TIMEOUT);
+    assert!(gpu.read(&buffer, 0, bytes.len() as u64).unwrap() == bytes);
+    gpu.__inject(vulkan::Fault::Wait, 5, vk::Result::TIMEOUT);
+    assert!(gpu.read(&buffer, 3, bytes.len() as u64 - 3).unwrap()[..] == bytes[3..]);
+    drop(buffer);
     drop(gpu);
     assert_clean_to_the_end(ctx);
 }

@@ -625,29 +625,52 @@ impl VulkanAllocator {
         }
         let mut slot = self.staging()?;
         let staging = slot.as_mut().expect("filled by `staging`");
-        for (i, chunk) in out.chunks_mut(staging.chunk() as usize).enumerate() {
-            let (dst_offset, host) = staging.half(0);
-            let region = vk::BufferCopy {
-                src_offset: buffer.offset + offset + i as u64 * staging.chunk(),
-                dst_offset,
-                size: chunk.len() as u64,
+        let step = staging.chunk();
+        let src = buffer.offset + offset;
+        // Chunk n comes through half n % 2: the device copies chunk n + 1 into one half
+        // while the host copies chunk n out of the other.
+        let mut received = || {
+            let mut chunks = out.chunks_mut(step as usize).enumerate().peekable();
+            let send = |staging: &mut Staging, i: usize, len: usize| {
+                let (dst_offset, _) = staging.half(i % 2);
+                let region = vk::BufferCopy {
+                    src_offset: src + i as u64 * step,
+                    dst_offset,
+                    size: len as u64,
+                };
+                // Make the copy visible to the host read after the fence.
+                staging.submit(
+                    i % 2,
+                    &self.shared.faults,
+                    (buffer.buffer, staging.buffer),
+                    region,
+                    vk::PipelineStageFlags::HOST,
+                    vk::AccessFlags::HOST_READ,
+                )
             };
-            // Make the copy visible to the host read after the fence.
-            staging.submit(
-                0,
-                &self.shared.faults,
-                (buffer.buffer, staging.buffer),
-                region,
-                vk::PipelineStageFlags::HOST,
-                vk::AccessFlags::HOST_READ,
-            )?;
-            // Settled, not just waited for: after a timeout the caller could free `buffer`
-            // while the copy still reads it.
-            staging.settle(&self.shared.faults)?;
-            // SAFETY: (V2, V4) the transfer finished (fence) and the half holds
-            // `chunk.len()` bytes of it.
-            unsafe { std::ptr::copy_nonoverlapping(host, chunk.as_mut_ptr(), chunk.len()) };
-        }
+            if let Some((_, first)) = chunks.peek() {
+                send(staging, 0, first.len())?;
+            }
+            while let Some((i, chunk)) = chunks.next() {
+                if let Some((next, after)) = chunks.peek() {
+                    // Half (i + 1) % 2 held chunk i - 1, copied out in the last round.
+                    send(staging, *next, after.len())?;
+                }
+                // The data is needed, so a wait past its minute waits on (`settle_half`).
+                staging.settle_half(i % 2, &self.shared.faults)?;
+                let (_, host) = staging.half(i % 2);
+                // SAFETY: (V2, V4) the transfer finished (fence) and the half holds
+                // `chunk.len()` bytes of it.
+                unsafe { std::ptr::copy_nonoverlapping(host, chunk.as_mut_ptr(), chunk.len()) };
+            }
+            Ok(())
+        };
+        let received = received();
+        // After an error, nothing may still read the buffer when this returns: the caller
+        // could free it.
+        let done = staging.settle(&self.shared.faults);
+        drop(slot);
+        received.and(done)?;
         Ok(out)
     }
 

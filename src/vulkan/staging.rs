@@ -148,19 +148,24 @@ impl Staging {
     pub(super) fn settle(&mut self, faults: &Faults) -> Result<(), VulkanError> {
         let mut first = Ok(());
         for half in 0..2 {
-            let done = loop {
-                match self.wait(half, faults) {
-                    Err(VulkanError::Timeout) => log::warn!(
-                        "a staged transfer is still running after {} s; waiting on, since \
-                         its buffer may be freed once it ends",
-                        FENCE_TIMEOUT.as_secs()
-                    ),
-                    done => break done,
-                }
-            };
-            first = first.and(done);
+            first = first.and(self.settle_half(half, faults));
         }
         first
+    }
+
+    /// [`settle`](Self::settle) for half `half` alone: its transfer in flight, if any, is
+    /// over when this returns `Ok`, however long it took; only a lost device ends it early.
+    pub(super) fn settle_half(&mut self, half: usize, faults: &Faults) -> Result<(), VulkanError> {
+        loop {
+            match self.wait(half, faults) {
+                Err(VulkanError::Timeout) => log::warn!(
+                    "a staged transfer is still running after {} s; waiting on, since its \
+                     buffer may be freed once it ends",
+                    FENCE_TIMEOUT.as_secs()
+                ),
+                done => return done,
+            }
+        }
     }
 
     /// Submits, on half `half`'s command buffer and fence, a copy of `region` from
