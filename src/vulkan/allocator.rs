@@ -625,43 +625,46 @@ impl VulkanAllocator {
         }
         let mut slot = self.staging()?;
         let staging = slot.as_mut().expect("filled by `staging`");
-        let step = staging.chunk();
-        let src = buffer.offset + offset;
-        // Chunk n comes through half n % 2: the device copies chunk n + 1 into one half
-        // while the host copies chunk n out of the other.
+        let (total, step) = (out.len(), staging.chunk() as usize);
+        let chunks = total.div_ceil(step);
+        // The bytes of `out` that chunk `n` carries.
+        let span = |n: usize| n * step..total.min((n + 1) * step);
+        // Chunk n comes through half n % 2, and is sent before chunk n - 1 is copied out: the
+        // device fills one half while the host empties the other. Half n % 2 last held chunk
+        // n - 2, copied out a round earlier, so `submit`'s own wait for it returns at once.
         let mut received = || {
-            let mut chunks = out.chunks_mut(step as usize).enumerate().peekable();
-            let send = |staging: &mut Staging, i: usize, len: usize| {
-                let (dst_offset, _) = staging.half(i % 2);
-                let region = vk::BufferCopy {
-                    src_offset: src + i as u64 * step,
-                    dst_offset,
-                    size: len as u64,
-                };
-                // Make the copy visible to the host read after the fence.
-                staging.submit(
-                    i % 2,
-                    &self.shared.faults,
-                    (buffer.buffer, staging.buffer),
-                    region,
-                    vk::PipelineStageFlags::HOST,
-                    vk::AccessFlags::HOST_READ,
-                )
-            };
-            if let Some((_, first)) = chunks.peek() {
-                send(staging, 0, first.len())?;
-            }
-            while let Some((i, chunk)) = chunks.next() {
-                if let Some((next, after)) = chunks.peek() {
-                    // Half (i + 1) % 2 held chunk i - 1, copied out in the last round.
-                    send(staging, *next, after.len())?;
+            for n in 0..=chunks {
+                if n < chunks {
+                    let region = vk::BufferCopy {
+                        src_offset: buffer.offset + offset + span(n).start as u64,
+                        dst_offset: staging.half(n % 2).0,
+                        size: span(n).len() as u64,
+                    };
+                    // Make the copy visible to the host read after the fence.
+                    staging.submit(
+                        n % 2,
+                        &self.shared.faults,
+                        (buffer.buffer, staging.buffer),
+                        region,
+                        vk::PipelineStageFlags::HOST,
+                        vk::AccessFlags::HOST_READ,
+                    )?;
                 }
-                // The data is needed, so a wait past its minute waits on (`settle_half`).
-                staging.settle_half(i % 2, &self.shared.faults)?;
-                let (_, host) = staging.half(i % 2);
+                let Some(done) = n.checked_sub(1) else {
+                    continue;
+                };
+                // The bytes are needed, so a wait past its minute waits on.
+                staging.settle_half(done % 2, &self.shared.faults)?;
+                let chunk = &mut out[span(done)];
                 // SAFETY: (V2, V4) the transfer finished (fence) and the half holds
                 // `chunk.len()` bytes of it.
-                unsafe { std::ptr::copy_nonoverlapping(host, chunk.as_mut_ptr(), chunk.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        staging.half(done % 2).1,
+                        chunk.as_mut_ptr(),
+                        chunk.len(),
+                    )
+                };
             }
             Ok(())
         };
