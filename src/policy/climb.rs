@@ -9,12 +9,20 @@
 //! starts over at full size when the hit rate jumps by [`RESTART`] or more (the workload
 //! changed). The share stays within [`MIN_SHARE`, `MAX_SHARE`].
 //!
+//! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit
+//! rate fell by [`RESTART`] or more opens a watch of [`MOVED_WATCH`] periods, and a period of
+//! the watch in which at least half the main queue's entries were found idle (no hit since
+//! the policy's last visit, [`Climber::count_visits`]) turns *aging* on for the next period:
+//! the main queue's idle entries then lose half their sketch counts at each visit. A scan
+//! makes the rate fall too, but the main queue's entries keep their hits through it, so it
+//! never ages them.
+//!
 //! Nothing here is written on the hit path: the hit rate comes from the cache's own per-thread
 //! statistics, which the evictor sums now and then (`raw/evict.rs`). Each period is closed by
 //! exactly one thread, the one whose compare-and-swap moves the period's start; the others
 //! carry on with the share as it is, so no evictor waits for another (**P3**).
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The share's unit: a share of `ONE` is the whole capacity.
 const ONE: u32 = 1 << 16;
@@ -42,6 +50,16 @@ const FLOOR_ENTRIES: u64 = 4;
 const NOT_BEGUN: u64 = u64::MAX;
 /// The fewest accesses in a period, so that small caches sample a rate, not noise.
 pub(super) const MIN_SAMPLE: u64 = 65536;
+/// The periods after a fall of the hit rate (by [`RESTART`] or more) in which an idle main
+/// queue turns aging on (**P5**). The period of the fall itself rarely shows the main queue
+/// idle (the hot set moves somewhere inside it); on the matrix's shifting hot set two
+/// periods kept a third of what four keep.
+const MOVED_WATCH: u32 = 4;
+/// The fewest visits of main-queue entries in a period for its idle share to count.
+const MIN_VISITS: u64 = 64;
+/// `Climber::visits`: the low 32 bits count visits of main-queue entries, the high 32 those
+/// that found the entry idle.
+const VISITS: u64 = (1 << 32) - 1;
 
 /// The hill climber's state (**P3**).
 pub(super) struct Climber {
@@ -58,6 +76,13 @@ pub(super) struct Climber {
     /// The entries the cache is expected to hold (an entry's weight is `capacity / entries`):
     /// the builder's guess, then what the cache held at its first eviction (**P4**).
     entries: AtomicU64,
+    /// This period's visits of main-queue entries: idle ones in the high 32 bits, all in the
+    /// low 32 (see [`VISITS`]). Swapped to 0 when the period closes.
+    visits: AtomicU64,
+    /// The periods left in the watch that a fall of the hit rate opened (**P5**).
+    watch: AtomicU32,
+    /// Whether the main queue's idle entries lose sketch counts in this period (**P5**).
+    aging: AtomicBool,
 }
 
 impl Climber {
@@ -70,7 +95,61 @@ impl Climber {
             start: AtomicU64::new(NOT_BEGUN),
             start_hits: AtomicU64::new(0),
             entries: AtomicU64::new(entries),
+            visits: AtomicU64::new(0),
+            watch: AtomicU32::new(0),
+            aging: AtomicBool::new(false),
         }
+    }
+
+    /// Counts `visits` visits of main-queue entries, `idle` of which found the entry not hit
+    /// since the policy's last visit. An evictor calls it once per pass, not per entry.
+    pub(super) fn count_visits(&self, visits: u32, idle: u32) {
+        if visits == 0 {
+            return;
+        }
+        // Relaxed: statistics for the period's close. A period with over 2^32 visits would
+        // carry into the idle count; the close treats an idle count above the visits as
+        // nothing seen.
+        self.visits
+            .fetch_add(u64::from(idle) << 32 | u64::from(visits), Ordering::Relaxed);
+    }
+
+    /// Whether the main queue's idle entries lose half their sketch counts at each visit in
+    /// this period: the hot set has moved (**P5**).
+    pub(super) fn aging(&self) -> bool {
+        // Relaxed: a hint written at a period's close; a stale read ages, or spares, the
+        // entries of one pass.
+        self.aging.load(Ordering::Relaxed)
+    }
+
+    /// Turns aging on or off, as a period's close would.
+    #[cfg(test)]
+    pub(super) fn set_aging(&self, on: bool) {
+        self.aging.store(on, Ordering::Relaxed);
+    }
+
+    /// This period's visits so far: `(visits, idle)`.
+    #[cfg(test)]
+    pub(super) fn visits(&self) -> (u64, u64) {
+        let counts = self.visits.load(Ordering::Relaxed);
+        (counts & VISITS, counts >> 32)
+    }
+
+    /// Closes the watch's part of a period whose hit rate changed by `change`: opens the
+    /// watch on a fall of [`RESTART`] or more, and turns aging on for the next period if the
+    /// watch is open and at least half of this period's visits found the entry idle.
+    fn close_watch(&self, change: f64) {
+        let counts = self.visits.swap(0, Ordering::Relaxed);
+        let (visits, idle) = (counts & VISITS, counts >> 32);
+        let idle_main = visits >= MIN_VISITS && idle <= visits && 2 * idle >= visits;
+        // Relaxed: see `aging`; only the thread that closes the period writes these.
+        let watch = if change <= -RESTART {
+            MOVED_WATCH
+        } else {
+            self.watch.load(Ordering::Relaxed).saturating_sub(1)
+        };
+        self.watch.store(watch, Ordering::Relaxed);
+        self.aging.store(watch > 0 && idle_main, Ordering::Relaxed);
     }
 
     /// The entries the cache is expected to hold.
@@ -132,15 +211,19 @@ impl Climber {
         }
         let start_hits = self.start_hits.swap(hits, Ordering::Relaxed);
         if !begun {
+            // Visits before the first period (the first evictions) count in none.
+            self.visits.store(0, Ordering::Relaxed);
             return false;
         }
         let rate = (hits.saturating_sub(start_hits) as f64 / seen as f64).clamp(0.0, 1.0);
         let last = f64::from_bits(self.rate.swap(rate.to_bits(), Ordering::Relaxed));
         if last.is_nan() {
             // The first period only sets the rate to compare with.
+            self.visits.store(0, Ordering::Relaxed);
             return true;
         }
         let change = rate - last;
+        self.close_watch(change);
         let step = self.step.load(Ordering::Relaxed) as i64;
         let amount = if change >= 0.0 { step } else { -step };
         let next = if change.abs() >= RESTART {
@@ -308,9 +391,65 @@ mod tests {
         assert_eq!(small.window(1_000), 40, "a heavier entry's four");
     }
 
+    /// A climber whose last period hit at `start`, then one period per `(rate, visits,
+    /// idle)`, counting the visits before it closes; whether aging was on after each.
+    fn aging_after(start: f64, periods: &[(f64, u32, u32)]) -> (Feed, Vec<bool>) {
+        let mut f = Feed::new();
+        f.periods(&[start]);
+        let aging = periods
+            .iter()
+            .map(|&(rate, visits, idle)| {
+                f.c.count_visits(visits, idle);
+                f.periods(&[rate]);
+                f.c.aging()
+            })
+            .collect();
+        (f, aging)
+    }
+
+    #[test]
+    fn a_fall_then_an_idle_main_queue_ages_it_for_the_watch() {
+        // The fall's own period shows a busy main queue; the next ones an idle one (the hot
+        // set moved), until the watch of four periods ends.
+        let moved = [
+            (0.45, 1_000, 300),
+            (0.55, 1_000, 800),
+            (0.60, 1_000, 900),
+            (0.62, 1_000, 500),
+            (0.63, 1_000, 900),
+        ];
+        let (f, aging) = aging_after(0.70, &moved);
+        assert_eq!(aging, [false, true, true, true, false]);
+        assert_eq!(f.c.visits(), (0, 0), "each close starts over");
+    }
+
+    #[test]
+    fn a_fall_with_a_busy_main_queue_or_an_idle_one_without_a_fall_ages_nothing() {
+        // A scan: the rate falls and comes back, the main queue keeps its hits.
+        let scan = [(0.40, 1_000, 300), (0.70, 1_000, 200), (0.45, 1_000, 400)];
+        assert_eq!(aging_after(0.70, &scan).1, [false; 3]);
+        // A loop: the main queue sits idle, the rate holds.
+        let idle = [(0.31, 1_000, 990), (0.29, 1_000, 1_000)];
+        assert_eq!(aging_after(0.30, &idle).1, [false; 2]);
+    }
+
+    #[test]
+    fn too_few_visits_or_counts_out_of_step_age_nothing() {
+        let few = MIN_VISITS as u32 - 1;
+        let periods = [
+            (0.40, few, few),
+            (0.41, 0, 0),
+            // More idle visits than visits (a wrapped count): nothing seen.
+            (0.42, 100, 200),
+            (0.43, 100, 100),
+        ];
+        assert_eq!(aging_after(0.70, &periods).1, [false, false, false, true]);
+    }
+
     proptest! {
-        /// Whatever the counts (lagging, out of step, wrapping, huge), the share stays within
-        /// its bounds, the step never stops, and nothing overflows or divides by zero.
+        /// Whatever the counts (lagging, out of step, wrapping, huge; visits too), the share
+        /// stays within its bounds, the step never stops, the watch never passes its
+        /// length, and nothing overflows or divides by zero.
         #[test]
         fn any_counts_keep_the_state_in_bounds(
             entries in 0u64..u64::MAX,
@@ -319,11 +458,13 @@ mod tests {
             let c = Climber::new(entries);
             let mut accesses = 0u64;
             for (hits, jump) in steps {
+                c.count_visits(jump as u32, (jump >> 32) as u32);
                 accesses = accesses.wrapping_add(jump % c.sample().saturating_mul(4));
                 c.observe(hits, accesses);
                 prop_assert!((MIN_SHARE..=MAX_SHARE).contains(&c.share()));
                 prop_assert!(c.step.load(Ordering::Relaxed) as i64 != 0);
                 prop_assert!(c.window(jump) <= jump);
+                prop_assert!(c.watch.load(Ordering::Relaxed) <= MOVED_WATCH);
             }
         }
     }

@@ -23,6 +23,14 @@
 //!   main queue (the `front` queue) for the next duel.
 //! - The main queue's victim is the first entry at frequency zero; entries above zero get
 //!   another round at frequency − 1 (CLOCK).
+//! - When the hot set moves, the main queue's idle entries age: after the hit rate fell by
+//!   5 points, a sampling period in which at least half the main queue's entries were found
+//!   idle (no hit since the policy last looked at them) turns aging on for the next period,
+//!   and an entry visited in its queue's turn without a hit then loses half its counts in
+//!   the sketch (**P5**, `climb.rs`). An old hot set therefore stops winning duels on the
+//!   counts of a past it no longer has, instead of holding the main queue until the
+//!   sketch's halvings of every counter wear them down. A scan makes the rate fall too, but
+//!   the main queue keeps its hits through it, so a scan ages nothing.
 //! - A cache that has never been half full queues nothing: its admissions are recorded in
 //!   the entries' meta only, and the engine enlists those entries, sweeping its tables, once
 //!   the cache is first half full (P2).
@@ -68,6 +76,13 @@
 //!   cache holds, not by a guess, a weighted cache's sketch fits its entries (a guess of 512
 //!   entries for 32,768 cost 4 points of hits, `tests/policy.rs`), and a cache that never
 //!   fills allocates neither.
+//! - **P5 (aging).** Aging is a hint, like the share: the evictor that closes a sampling
+//!   period writes it (P3), and every pass reads it once. A pass counts its visits of
+//!   main-queue entries in its own cells and adds them to the period's count once, when it
+//!   ends (one read-modify-write per pass, none per entry, none on a hit). A stale read ages,
+//!   or spares, the idle entries of one pass; a decay halves four counters with the sketch's
+//!   own load and store, so like an addition it can be lost to a racing update but never
+//!   takes a counter out of 0..=15.
 
 #![forbid(unsafe_code)]
 
@@ -232,6 +247,13 @@ struct PassLimit<'a, T> {
     counted: Cell<Option<usize>>,
     /// The sketch and the ghost, read once per pass (**P4**).
     memory: Option<&'a Memory>,
+    /// Whether the main queue's idle entries lose sketch counts in this pass (**P5**), read
+    /// once per pass.
+    aging: bool,
+    /// Main-queue entries this pass visited, and how many of them were idle: handed to the
+    /// climber once, when the pass ends.
+    visits: Cell<u32>,
+    idle: Cell<u32>,
 }
 
 impl<'a, T: Queued> PassLimit<'a, T> {
@@ -243,6 +265,24 @@ impl<'a, T: Queued> PassLimit<'a, T> {
             queues,
             counted: Cell::new(None),
             memory: queues.memory.get(),
+            aging: queues.climber.aging(),
+            visits: Cell::new(0),
+            idle: Cell::new(0),
+        }
+    }
+
+    /// Counts the visit of a main-queue entry that had `hits` hits since the last one, and
+    /// ages it if it had none while aging is on (**P5**).
+    fn visit(&self, hash: u64, hits: u8) {
+        self.visits.set(self.visits.get().saturating_add(1));
+        if hits > 0 {
+            return;
+        }
+        self.idle.set(self.idle.get().saturating_add(1));
+        if self.aging {
+            if let Some(m) = self.memory {
+                m.sketch.decay(hash);
+            }
         }
     }
 
@@ -279,6 +319,14 @@ impl<'a, T: Queued> PassLimit<'a, T> {
         let limit = 4 * (q.small.len() + q.main.len() + q.front.len()) + Self::FREE;
         self.counted.set(Some(limit));
         limit
+    }
+}
+
+impl<T> Drop for PassLimit<'_, T> {
+    fn drop(&mut self) {
+        self.queues
+            .climber
+            .count_visits(self.visits.get(), self.idle.get());
     }
 }
 
@@ -531,15 +579,21 @@ impl<T: Queued> S3Fifo<T> {
         let mut steps = 0;
         while limit.allows(steps) {
             steps += 1;
-            let e = match self.front.pop() {
-                Some(e) => e,
-                None => self.main.pop()?,
+            // An entry from `front` is the head that won a duel, visited again at once: only
+            // a visit in the queue's turn says whether it sat idle for a round.
+            let (e, in_turn) = match self.front.pop() {
+                Some(e) => (e, false),
+                None => (self.main.pop()?, true),
             };
             if !e.is_cached() {
                 uncount(&self.main_weight, &e);
                 continue;
             }
-            limit.record(e.hash(), e.meta().take_hits().1);
+            let (hits, accesses) = e.meta().take_hits();
+            limit.record(e.hash(), accesses);
+            if in_turn {
+                limit.visit(e.hash(), hits);
+            }
             let f = e.meta().freq();
             if f > 0 {
                 e.meta().set_freq(f - 1);

@@ -134,6 +134,22 @@ impl Sketch {
             .unwrap_or(0)
     }
 
+    /// Halves the four counters of `hash`: a frequent key that stopped being used loses its
+    /// weight in the duel at once instead of at the next halving of every counter (**P5**).
+    /// The counters it shares with other keys are halved for them too, as every halving
+    /// halves them; an addition racing the decay may undo it for one word, as it may undo a
+    /// halving (see the module's doc).
+    pub(crate) fn decay(&self, hash: u64) {
+        for row in 0..4 {
+            let (word, shift) = self.spot(hash, row);
+            // Relaxed: see `add`.
+            let w = word.load(Ordering::Relaxed);
+            let c = (w >> shift) & MAX;
+            // Takes the counter from c to c / 2, within its four bits.
+            word.store(w - ((c - c / 2) << shift), Ordering::Relaxed);
+        }
+    }
+
     /// Halves every counter. Only the thread whose addition reached the period runs it.
     fn halve(&self) {
         for word in self.words.iter() {
@@ -169,6 +185,24 @@ mod tests {
             s.add(1_000_000 + k, 1);
         }
         assert!(s.estimate(42) <= 8, "halved: {}", s.estimate(42));
+    }
+
+    #[test]
+    fn a_decay_halves_one_keys_counters() {
+        let s = Sketch::new(1024);
+        s.add(42, 13);
+        s.add(7, 9);
+        s.decay(42);
+        assert_eq!(s.estimate(42), 6, "13 halved, rounded down");
+        assert_eq!(s.estimate(7), 9, "another key keeps its counts");
+        s.decay(42);
+        s.decay(42);
+        s.decay(42);
+        assert_eq!(s.estimate(42), 0, "down to 0, never below");
+        s.decay(42);
+        assert_eq!(s.estimate(42), 0);
+        s.add(42, 1);
+        assert_eq!(s.estimate(42), 1, "a decayed key counts again from 0");
     }
 
     #[test]

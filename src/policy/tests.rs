@@ -324,3 +324,63 @@ fn the_sketch_and_ghost_are_sized_once_before_the_first_eviction() {
     huge.prepare(|| Some(u64::MAX));
     assert_eq!(huge.sized_for(), Some(MAX_ENTRIES));
 }
+
+#[test]
+fn idle_main_entries_lose_their_sketch_counts_only_while_aging() {
+    // Hashes spread over the sketch, so that no two of these keys share a counter.
+    let key = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for aging in [false, true] {
+        let p = evicted(64);
+        for i in 0..4 {
+            p.record(key(i), 12);
+            push(&p.main, &p.main_weight, entry(key(i)));
+        }
+        p.climber.set_aging(aging);
+        let halved = |n: u64| if aging { n / 2 } else { n };
+        // Entry 1 was hit since the policy last saw it; the others were not.
+        let e = p.main.pop().unwrap();
+        p.main.push(e);
+        let hit = p.main.pop().unwrap();
+        assert_eq!(hit.hash, key(1));
+        hit.meta.touch();
+        p.main.push(hit);
+        // The queue is 2, 3, 0, 1. One pass: 2 is the first entry at frequency 0.
+        let pass = |expected: u64| {
+            let limit = PassLimit::new(&p);
+            let v = p.main_victim(&limit).unwrap();
+            assert_eq!(v.hash, key(expected));
+            v
+        };
+        let v = pass(2);
+        assert_eq!(
+            p.climber.visits(),
+            (1, 1),
+            "one visit, idle, counted at the pass's end"
+        );
+        assert_eq!(p.estimate(key(2)), halved(12), "aging: {aging}");
+        // The victim keeps the head (`front`) after a duel: visited again at once, it is
+        // neither aged nor counted again.
+        p.front.push(v);
+        p.main.push(pass(2));
+        assert_eq!(p.estimate(key(2)), halved(12));
+        assert_eq!(p.climber.visits(), (1, 1));
+        // The queue's turn: 3 and 0 (idle), then 1 (hit: its hit reaches the sketch, it gets
+        // another round), then 2 again, idle for a second round.
+        p.main.push(pass(3));
+        p.main.push(pass(0));
+        let v = pass(2);
+        assert_eq!(p.climber.visits(), (5, 4), "1's visit was not idle");
+        assert_eq!(
+            p.estimate(key(1)),
+            13,
+            "the hit entry kept its counts, plus the hit"
+        );
+        assert_eq!(p.estimate(key(0)), halved(12));
+        assert_eq!(
+            p.estimate(key(2)),
+            halved(halved(12)),
+            "idle for another round"
+        );
+        drop(v);
+    }
+}
