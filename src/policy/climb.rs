@@ -52,8 +52,9 @@ const NOT_BEGUN: u64 = u64::MAX;
 pub(super) const MIN_SAMPLE: u64 = 65536;
 /// The periods after a fall of the hit rate (by [`RESTART`] or more) in which an idle main
 /// queue turns aging on (**P5**). The period of the fall itself rarely shows the main queue
-/// idle (the hot set moves somewhere inside it); on the matrix's shifting hot set two
-/// periods kept a third of what four keep.
+/// idle (the hot set moves somewhere inside it); on a replay of the matrix's moving hot set
+/// at 10% of its keys, a watch of two periods gained 1.4 points of hits where four gained
+/// 2.5 (one run each).
 const MOVED_WATCH: u32 = 4;
 /// The fewest visits of main-queue entries in a period for its idle share to count.
 const MIN_VISITS: u64 = 64;
