@@ -136,11 +136,11 @@ impl Climber {
         (counts & VISITS, counts >> 32)
     }
 
-    /// Closes the watch's part of a period whose hit rate changed by `change`: opens the
-    /// watch on a fall of [`RESTART`] or more, and turns aging on for the next period if the
-    /// watch is open and at least half of this period's visits found the entry idle.
-    fn close_watch(&self, change: f64) {
-        let counts = self.visits.swap(0, Ordering::Relaxed);
+    /// Closes the watch's part of a period whose hit rate changed by `change` and whose
+    /// visits `counts` counted (packed as in the `visits` field): opens the watch on a fall
+    /// of [`RESTART`] or more, and turns aging on for the next period if the watch is open
+    /// and at least half of the period's visits found the entry idle.
+    fn close_watch(&self, change: f64, counts: u64) {
         let (visits, idle) = (counts & VISITS, counts >> 32);
         let idle_main = visits >= MIN_VISITS && idle <= visits && 2 * idle >= visits;
         // Relaxed: see `aging`; only the thread that closes the period writes these.
@@ -211,20 +211,20 @@ impl Climber {
             return false;
         }
         let start_hits = self.start_hits.swap(hits, Ordering::Relaxed);
+        // Every close starts the visits' count over, the first ones included (the visits
+        // before the first period, and during it, count in none).
+        let visits = self.visits.swap(0, Ordering::Relaxed);
         if !begun {
-            // Visits before the first period (the first evictions) count in none.
-            self.visits.store(0, Ordering::Relaxed);
             return false;
         }
         let rate = (hits.saturating_sub(start_hits) as f64 / seen as f64).clamp(0.0, 1.0);
         let last = f64::from_bits(self.rate.swap(rate.to_bits(), Ordering::Relaxed));
         if last.is_nan() {
             // The first period only sets the rate to compare with.
-            self.visits.store(0, Ordering::Relaxed);
             return true;
         }
         let change = rate - last;
-        self.close_watch(change);
+        self.close_watch(change, visits);
         let step = self.step.load(Ordering::Relaxed) as i64;
         let amount = if change >= 0.0 { step } else { -step };
         let next = if change.abs() >= RESTART {
