@@ -83,14 +83,22 @@ where
                     let forward = forward_to(NodeRef::clone(&new));
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
-                            // SAFETY: (I5, I6) our CAS took the old value out of the cell; `shared`
-                            // of its weight now belongs to the new node (I5, I6).
-                            let old =
-                                unsafe { self.retire_value(current, cell, shared, &pin.guard) };
-                            // Swing the slot to the new node: straight from where the
-                            // key was found, or, if the slot changed since, by locating it
-                            // again.
-                            if !shard.swing_at(&pos, &new, &pin.guard) {
+                            let old = self.take_value(current, cell, shared);
+                            // Swing the slot to the new node, retiring the old node and the
+                            // cell's count of its value together: straight from where the
+                            // key was found, or, if the slot changed since, the value alone
+                            // and the slot by locating it again.
+                            // SAFETY: (I6) our CAS took the old value out of the cell: no new
+                            // reader can load it, and its count is ours to retire, once.
+                            let swung = unsafe {
+                                shard.swing_at_with(&pos, &new, Some(cell as *const V), &pin.guard)
+                            };
+                            if let Err(alone) = swung {
+                                if let Some(raw) = alone {
+                                    // SAFETY: (I6) as above; the node was not swung here, so
+                                    // the value goes alone.
+                                    unsafe { self.defer_value(raw, &pin.guard) };
+                                }
                                 let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
                             }
                             self.notify(new.key(), &old, RemovalCause::Replaced);
@@ -150,26 +158,15 @@ where
         }
     }
 
-    /// Releases the weight of a value just swapped out of `node`'s cell (less `kept`, which
-    /// passed to its replacement), defers the release of the cell's count, and returns the
-    /// value.
-    ///
-    /// # Safety
-    /// - `cell` held a value and the caller's own CAS took it out of `node`'s cell, so no
-    ///   other thread releases or retires it.
-    pub(super) unsafe fn retire_value(
-        &self,
-        node: &Node<K, V>,
-        cell: usize,
-        kept: u64,
-        guard: &Guard,
-    ) -> Handle<V> {
+    /// Releases the weight of a value that the caller's own CAS just swapped out of `node`'s
+    /// cell (less `kept`, which passed to its replacement), and returns a handle of the
+    /// value. The cell's count of it is the caller's to retire (`defer_value`, or with the
+    /// node).
+    pub(super) fn take_value(&self, node: &Node<K, V>, cell: usize, kept: u64) -> Handle<V> {
         let value =
             handle_of::<K, V>(value_of::<V>(cell).expect("a value was taken out of the cell"));
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
-        // SAFETY: (I6) the caller's contract.
-        unsafe { self.defer_value(cell as *const V, guard) };
         value
     }
 

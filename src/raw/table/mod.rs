@@ -374,7 +374,10 @@ impl<K: Eq, V> Shard<K, V> {
                         } else {
                             if let Some(to) = n.forwarded() {
                                 // Replaced: swing the slot to the replacement, then look again.
-                                let _ = swing(table, i, s, to.resolve(), &self.pending, guard);
+                                // SAFETY: (H3) no value comes along.
+                                let _ = unsafe {
+                                    swing(table, i, s, to.resolve(), None, &self.pending, guard)
+                                };
                                 continue;
                             }
                             return Position {
@@ -427,20 +430,38 @@ impl<K: Eq, V> Shard<K, V> {
 
     /// Swings the slot at `pos`, whose node `pos.found` (never `None` here) has since been
     /// replaced, straight to `to`, its replacement (or a later one): the replacer already
-    /// holds the key's slot, so it needs no second probe. `false` if the slot changed meanwhile (another thread swung
-    /// it, or a migration froze or moved it): the caller locates again, which swings
+    /// holds the key's slot, so it needs no second probe. The replaced node is retired with
+    /// `value` (the replacer's count of the value it took out of the node's cell), one
+    /// deferred destructor for the two, as [`unlink_with`](Self::unlink_with) does.
+    /// `Err(value)` if the slot changed meanwhile (another thread swung it, or a migration
+    /// froze or moved it): the caller retires `value` itself and locates again, which swings
     /// whatever forward it meets or moves the slot.
-    pub(crate) fn swing_at(
+    ///
+    /// # Safety
+    /// - `value`, if any, is as [`unlink_with`](Self::unlink_with) requires.
+    pub(crate) unsafe fn swing_at_with(
         &self,
         pos: &Position<'_, K, V>,
         to: &Node<K, V>,
+        value: Option<*const V>,
         guard: &Guard,
-    ) -> bool {
+    ) -> Result<(), Option<*const V>> {
         debug_assert!(
             pos.found.is_some(),
             "only a slot that held the key's live node is swung (an empty one is claimed)"
         );
-        swing(pos.table, pos.index, pos.current, to, &self.pending, guard)
+        // SAFETY: (I6) the caller's contract.
+        unsafe {
+            swing(
+                pos.table,
+                pos.index,
+                pos.current,
+                to,
+                value,
+                &self.pending,
+                guard,
+            )
+        }
     }
 
     /// Links `node` at `pos`: claims the `EMPTY` slot, or replaces the dead node there.
@@ -576,16 +597,20 @@ fn holds_key<K, V>(
 }
 
 /// Swings slot `i`, which held `current` (a replaced node), to `to`, the node that replaced
-/// it; a failed CAS (`false`) means another thread swung it, or a migration froze it (and
-/// copies `to`).
-fn swing<K, V>(
+/// it, retiring the replaced node with `value`; a failed CAS (`Err(value)`, nothing retired)
+/// means another thread swung it, or a migration froze it (and copies `to`).
+///
+/// # Safety
+/// - `value`, if any, is as [`Shard::unlink_with`] requires.
+unsafe fn swing<K, V>(
     table: &Table<K, V>,
     i: usize,
     current: Word<'_, Node<K, V>>,
     to: &Node<K, V>,
+    value: Option<*const V>,
     pending: &Arc<Pending>,
     guard: &Guard,
-) -> bool {
+) -> Result<(), Option<*const V>> {
     let p = NodeRef::into_raw(super::node::hold(to));
     // Release: pairs with the Acquire slot loads (the replacement's fields were published by
     // the forward, which we acquired; this passes them on).
@@ -597,15 +622,15 @@ fn swing<K, V>(
         guard,
     ) {
         Ok(_) => {
-            // SAFETY: (H3, I1) our CAS took the replaced node out of the slot, with the table's
-            // count.
-            unsafe { retire(current, None, pending, guard) };
-            true
+            // SAFETY: (H3, I1, I6) our CAS took the replaced node out of the slot, with the
+            // table's count; the caller's contract covers `value`.
+            unsafe { retire(current, value, pending, guard) };
+            Ok(())
         }
         Err(_) => {
             // SAFETY: (I1) the count we took for the slot, never shared.
             drop(unsafe { NodeRef::from_raw(p) });
-            false
+            Err(value)
         }
     }
 }
