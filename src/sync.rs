@@ -16,15 +16,11 @@
 //! * [`SetOnce`] publishes a value once (the eviction policy's sketch and ghost) through a
 //!   flag loom sees; the value sits in a `std::sync::OnceLock` that only the one claimer
 //!   sets, so nobody ever waits on it.
-//! * [`AtomicPair`] packs the weighted size and the capacity into one 128-bit word so that the
-//!   check `size + weight <= capacity` and the update happen in one compare-and-swap. On x86_64
-//!   this is `cmpxchg16b` (detected at run time by `portable-atomic`); under loom it is a loom
-//!   mutex around the pair, which models exactly the same linearizable operations.
 //! * [`Queue`] is crossbeam's lock-free `SegQueue`, whose atomics loom cannot see (crossbeam-queue
 //!   has no loom build); under loom it is a loom mutex around a `VecDeque`, the same
 //!   linearizable queue with the happens-before edges a push and its pop make, so the eviction
 //!   policy's queues and the pool waiters' protocol are checked against a queue loom can see.
-//!   These two mutexes exist only in the model; outside it the only locks in the crate are the
+//!   This mutex exists only in the model; outside it the only locks in the crate are the
 //!   Vulkan layer's, on its cold paths (driver objects that Vulkan requires to be externally
 //!   synchronized; see `docs/DESIGN.md`).
 
@@ -106,54 +102,6 @@ mod imp {
             self.0.len()
         }
     }
-
-    /// Two `u64` halves (`lo`, `hi`) updated together by one atomic operation.
-    pub(crate) struct AtomicPair(portable_atomic::AtomicU128);
-
-    impl AtomicPair {
-        pub(crate) fn new(lo: u64, hi: u64) -> Self {
-            Self(portable_atomic::AtomicU128::new(pack(lo, hi)))
-        }
-
-        #[inline]
-        pub(crate) fn load(&self) -> (u64, u64) {
-            // Relaxed: the pair protects no other memory; its invariant lives in the word.
-            unpack(self.0.load(core::sync::atomic::Ordering::Relaxed))
-        }
-
-        /// Replaces `current` with `new` if the pair still equals `current`.
-        #[inline]
-        pub(crate) fn compare_exchange(
-            &self,
-            current: (u64, u64),
-            new: (u64, u64),
-        ) -> Result<(), (u64, u64)> {
-            // Relaxed: see `load`.
-            self.0
-                .compare_exchange_weak(
-                    pack(current.0, current.1),
-                    pack(new.0, new.1),
-                    core::sync::atomic::Ordering::Relaxed,
-                    core::sync::atomic::Ordering::Relaxed,
-                )
-                .map(|_| ())
-                .map_err(unpack)
-        }
-
-        /// Whether the pair is updated without any lock on this machine.
-        #[cfg(test)]
-        pub(crate) fn is_lock_free() -> bool {
-            portable_atomic::AtomicU128::is_lock_free()
-        }
-    }
-
-    fn pack(lo: u64, hi: u64) -> u128 {
-        u128::from(lo) | (u128::from(hi) << 64)
-    }
-
-    fn unpack(v: u128) -> (u64, u64) {
-        (v as u64, (v >> 64) as u64)
-    }
 }
 
 #[cfg(runcache_loom)]
@@ -228,34 +176,6 @@ mod imp {
 
         pub(crate) fn len(&self) -> usize {
             self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
-        }
-    }
-
-    /// Model of the 128-bit pair: each operation is one critical section, which is exactly
-    /// the linearizable behaviour of the `cmpxchg16b` version.
-    pub(crate) struct AtomicPair(Mutex<(u64, u64)>);
-
-    impl AtomicPair {
-        pub(crate) fn new(lo: u64, hi: u64) -> Self {
-            Self(Mutex::new((lo, hi)))
-        }
-
-        pub(crate) fn load(&self) -> (u64, u64) {
-            *self.0.lock().unwrap_or_else(|e| e.into_inner())
-        }
-
-        pub(crate) fn compare_exchange(
-            &self,
-            current: (u64, u64),
-            new: (u64, u64),
-        ) -> Result<(), (u64, u64)> {
-            let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if *held == current {
-                *held = new;
-                Ok(())
-            } else {
-                Err(*held)
-            }
         }
     }
 }

@@ -187,6 +187,44 @@ fn a_shrink_racing_an_insert_keeps_the_budget() {
     });
 }
 
+/// (c') A grow races a shrink of a full cache. The budget's two words (the room and the
+/// capacity) move by the same amount in every change, the room first in a shrink and the
+/// capacity first in a grow (B2): every reading shows the size within the capacity, and once
+/// both are done the capacity is one of the targets and the size is what the cache holds,
+/// whichever change lost a compare-and-swap to the other and gave its room back.
+#[test]
+fn a_grow_racing_a_shrink_keeps_the_budget() {
+    loom::model(|| {
+        let c = Arc::new(cache(2));
+        c.insert(1, 1).unwrap();
+        c.insert(2, 2).unwrap();
+        let grower = c.clone();
+        let g = thread::spawn(move || {
+            grower.set_capacity(3);
+            let (size, cap) = grower.weighted_size_and_capacity();
+            assert!(size <= cap, "size {size}, capacity {cap}");
+            runcache::__loom_thread_exit();
+        });
+        c.set_capacity(1);
+        let (size, cap) = c.weighted_size_and_capacity();
+        assert!(size <= cap, "size {size}, capacity {cap}");
+        g.join().unwrap();
+        let (size, cap) = c.weighted_size_and_capacity();
+        assert!(
+            cap == 1 || cap == 3,
+            "the capacity {cap} is one of the targets"
+        );
+        assert!(size <= cap, "size {size}, capacity {cap}");
+        assert_eq!(c.len() as u64, size, "the size is what the cache holds");
+        if cap == 3 {
+            assert!(
+                c.insert(3, 3).is_ok(),
+                "a grown cache has room for one more"
+            );
+        }
+    });
+}
+
 /// A value whose drops are counted with a loom atomic.
 struct Tracked(Arc<AtomicUsize>);
 

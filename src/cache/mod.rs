@@ -401,8 +401,9 @@ where
         self.raw.weighted_size()
     }
 
-    /// The weighted size and the capacity read together, in one atomic load: the first is
-    /// never above the second.
+    /// The weighted size and the capacity read together: the size is read against the
+    /// capacity read with it, so the first is never above the second, even while other
+    /// threads insert or change the capacity.
     pub fn weighted_size_and_capacity(&self) -> (u64, u64) {
         self.raw.usage()
     }
@@ -416,7 +417,8 @@ where
     /// Changes the capacity. A larger one keeps every entry; a smaller one removes entries
     /// until the rest fits — in eviction-policy order for an evicting cache, in table order
     /// for a rejecting one (they count as evictions); 0 clears the cache and disables it, so
-    /// that every `get_or_*` call builds and returns its value uncached.
+    /// that every `get_or_*` call builds and returns its value uncached. Calls racing each
+    /// other leave the capacity at the target set last.
     pub fn set_capacity(&self, capacity: u64) {
         self.raw.set_capacity(capacity);
     }

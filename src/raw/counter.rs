@@ -2,12 +2,34 @@
 //!
 //! # The budget
 //!
-//! The weighted size and the capacity live in one [`AtomicPair`]. A reservation is a single
-//! compare-and-swap from `(s, c)` to `(s + w, c)` taken only when `c > 0 && s + w <= c`, so the
-//! size can never pass the capacity, not even for an instant (invariant **I5**). A shrink never
-//! sets the capacity below the current size: it lowers `c` to `max(target, s)` and follows the
-//! size down while the caller evicts, so `capacity()` honestly reports what the cache holds
-//! until eviction has reached the target.
+//! A reservation takes weight from one word, the *room* (the capacity in force less the
+//! weight reserved): a compare-and-swap from `r` to `r - w`, taken only when `w <= r`, so the
+//! reserved weight can never pass the capacity, not even for an instant (invariant **I5**).
+//! A release adds its weight back with one `fetch_add`. A second word publishes the capacity
+//! in force; the weighted size is read as the capacity less the room.
+//!
+//! A capacity change moves both words, always by the same amount, and the room never goes
+//! below 0: a grow raises the capacity by a CAS from the value it read, then adds the
+//! difference to the room; a shrink takes what room there is (up to what the shrink needs)
+//! by a CAS on the room, then lowers the capacity by as much with a CAS from the value it
+//! read, giving the room back if another change got there first. So, with `L` the reserved
+//! weight plus the room:
+//!
+//! - **B1.** The reserved weight is at most `L` at every instant (the room is unsigned).
+//! - **B2.** The published capacity is at least `L` at every instant: a change either
+//!   lowers `L` before the capacity (a shrink) or raises the capacity before `L` (a grow),
+//!   and equals it once no change is half done. So `weighted_size() <= capacity()` for any
+//!   one read of the two, and a read between the halves of a change sees the size too high
+//!   by at most that change, never the capacity below what is reserved.
+//!
+//! A shrink never sets the capacity below the reserved weight: it lowers it by the room
+//! only, evicts, and follows the size down, so `capacity()` honestly reports what the cache
+//! holds until eviction has reached the target.
+//!
+//! These were one 128-bit word, `(size, capacity)`, changed by `cmpxchg16b` through
+//! `portable-atomic`'s run-time dispatch (an outlined call for every load and CAS, and a
+//! lock where the machine has no 128-bit CAS). Two 64-bit words cost a reservation one
+//! inlined CAS and a release one `lock xadd`.
 //!
 //! # Statistics
 //!
@@ -26,13 +48,16 @@
 
 #![allow(unsafe_code)]
 
-use crate::sync::{yield_now, AtomicPair, AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{yield_now, AtomicPtr, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
-/// Weighted size and capacity, updated together.
+/// Exact weight accounting: the room left under the capacity, and the capacity; see the
+/// module docs (**B1**, **B2**).
 pub(crate) struct Budget {
-    /// `(size, capacity)`.
-    pair: AtomicPair,
+    /// The capacity in force less the weight reserved.
+    room: AtomicU64,
+    /// The capacity in force (never below the reserved weight).
+    capacity: AtomicU64,
     /// The capacity the latest `set_capacity` asked for.
     target: AtomicU64,
 }
@@ -40,91 +65,139 @@ pub(crate) struct Budget {
 impl Budget {
     pub(crate) fn new(capacity: u64) -> Self {
         Self {
-            pair: AtomicPair::new(0, capacity),
+            room: AtomicU64::new(capacity),
+            capacity: AtomicU64::new(capacity),
             target: AtomicU64::new(capacity),
         }
     }
 
     /// The weighted size: reserved weights of cached entries and of entries being published.
     pub(crate) fn size(&self) -> u64 {
-        self.pair.load().0
+        self.snapshot().0
     }
 
-    /// `(size, capacity)` read together in one atomic load.
+    /// `(size, capacity)`, the size read against the capacity read with it (**B2**: never
+    /// above it).
     pub(crate) fn snapshot(&self) -> (u64, u64) {
-        self.pair.load()
+        // Relaxed: the words protect no other memory; their invariants hold in each one.
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        // Relaxed: as above.
+        let room = self.room.load(Ordering::Relaxed);
+        (capacity.saturating_sub(room), capacity)
     }
 
     /// The capacity in force (never below `size()`).
     pub(crate) fn capacity(&self) -> u64 {
-        self.pair.load().1
+        // Relaxed: see `snapshot`.
+        self.capacity.load(Ordering::Relaxed)
     }
 
     /// Reserves `weight` if it fits; `false` leaves the budget unchanged.
     ///
     /// A weight of 0 fits exactly when the capacity is not 0, and changes nothing: one load
-    /// decides it, with no write to the budget's word, which every thread's reservations
-    /// share (a replacement of equal weight reserves 0).
+    /// decides it, with no write to the room, which every thread's reservations share (a
+    /// replacement of equal weight reserves 0).
     #[must_use]
+    #[inline]
     pub(crate) fn try_reserve(&self, weight: u64) -> bool {
         if weight == 0 {
             return self.capacity() > 0;
         }
-        let mut cur = self.pair.load();
+        // Relaxed: see `snapshot`.
+        let mut room = self.room.load(Ordering::Relaxed);
         loop {
-            let (size, cap) = cur;
-            let fits = cap > 0 && size.checked_add(weight).is_some_and(|n| n <= cap);
-            if !fits {
+            if weight > room {
                 return false;
             }
-            match self.pair.compare_exchange(cur, (size + weight, cap)) {
-                Ok(()) => return true,
-                Err(actual) => cur = actual,
+            // Relaxed: see `snapshot`.
+            match self.room.compare_exchange_weak(
+                room,
+                room - weight,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => room = now,
             }
         }
     }
 
     /// Returns `weight` that an earlier `try_reserve` took.
+    #[inline]
     pub(crate) fn release(&self, weight: u64) {
-        if weight == 0 {
-            return;
-        }
-        let mut cur = self.pair.load();
-        loop {
-            let (size, cap) = cur;
-            debug_assert!(size >= weight, "released more weight than was reserved");
-            match self
-                .pair
-                .compare_exchange(cur, (size.saturating_sub(weight), cap))
-            {
-                Ok(()) => return,
-                Err(actual) => cur = actual,
-            }
+        if weight != 0 {
+            // Relaxed: see `snapshot`.
+            let before = self.room.fetch_add(weight, Ordering::Relaxed);
+            debug_assert!(
+                before.checked_add(weight).is_some(),
+                "released more weight than was reserved"
+            );
         }
     }
 
-    /// Moves the capacity to `target`, calling `evict_one` while the size is above it.
+    /// Moves the capacity to `target`, calling `evict_one(t)` while the size is above the
+    /// target `t` in force.
     ///
     /// `evict_one` removes one cached entry (releasing its weight) and returns whether it found
-    /// one. When a later call sets another target, this call stops and leaves the work to it.
-    pub(crate) fn set_capacity(&self, target: u64, mut evict_one: impl FnMut() -> bool) {
+    /// one. When a later call sets another target, this call works towards that one, and
+    /// returns once the capacity is the target it read last: a call that stopped as soon as
+    /// the target changed could still finish a step towards its own after the later call was
+    /// done, and leave the capacity at neither (the loom model
+    /// `a_grow_racing_a_shrink_keeps_the_budget` found it). Every change is followed by its
+    /// maker's check of the target, so the last one leaves the capacity at the last target.
+    pub(crate) fn set_capacity(&self, target: u64, mut evict_one: impl FnMut(u64) -> bool) {
         // Relaxed: the target is one word; coherence alone makes every caller see the latest.
         self.target.store(target, Ordering::Relaxed);
         loop {
-            if self.target.load(Ordering::Relaxed) != target {
+            // Relaxed: as above.
+            let target = self.target.load(Ordering::Relaxed);
+            let capacity = self.capacity();
+            if capacity == target {
                 return;
             }
-            let cur = self.pair.load();
-            let (size, cap) = cur;
-            let next = target.max(size);
-            if next != cap && self.pair.compare_exchange(cur, (size, next)).is_err() {
+            if target > capacity {
+                // Grow: the capacity first, then the room (B2). Relaxed: see `snapshot`.
+                if self
+                    .capacity
+                    .compare_exchange(capacity, target, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    self.room.fetch_add(target - capacity, Ordering::Relaxed);
+                    return;
+                }
                 continue;
             }
-            if next == target {
-                return;
+            // Shrink: the room first (what there is, up to the difference), then the
+            // capacity (B2). Relaxed: see `snapshot`.
+            let room = self.room.load(Ordering::Relaxed);
+            let take = room.min(capacity - target);
+            if take > 0 {
+                if self
+                    .room
+                    .compare_exchange(room, room - take, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+                {
+                    continue;
+                }
+                if self
+                    .capacity
+                    .compare_exchange(
+                        capacity,
+                        capacity - take,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+                {
+                    // Another change moved the capacity since we read it: give the room
+                    // back, so that both words moved by the same amount, and read again.
+                    self.room.fetch_add(take, Ordering::Relaxed);
+                }
+                continue;
             }
-            // Still above the target: the capacity already stops new reservations at `size`.
-            if !evict_one() {
+            // Still above the target with no room left: the capacity already stops new
+            // reservations at the reserved weight.
+            if !evict_one(target) {
                 // Only weight that is being published right now is left; it lands in a moment.
                 yield_now();
             }
@@ -312,12 +385,6 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn the_budget_word_is_lock_free_on_x86_64() {
-        assert!(AtomicPair::is_lock_free());
-    }
-
-    #[test]
     fn reserve_respects_capacity_and_release_returns_weight() {
         let b = Budget::new(10);
         assert!(b.try_reserve(6));
@@ -343,7 +410,7 @@ mod tests {
         let b = Budget::new(10);
         assert!(b.try_reserve(8));
         let mut steps = Vec::new();
-        b.set_capacity(3, || {
+        b.set_capacity(3, |_| {
             steps.push((b.size(), b.capacity()));
             assert!(b.size() <= b.capacity());
             b.release(1);

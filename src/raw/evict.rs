@@ -308,15 +308,15 @@ where
     }
 
     /// The shared part of a capacity change; `evict(target)` removes entries and says how
-    /// many.
+    /// many (the target in force, which a later call may have set).
     pub(super) fn shrink(&self, capacity: u64, mut evict: impl FnMut(u64) -> usize) {
         let stats = self.pin().stats;
-        self.budget.set_capacity(capacity, || {
-            let n = evict(capacity);
+        self.budget.set_capacity(capacity, |target| {
+            let n = evict(target);
             stats.bump_by(Counter::Eviction, n as u64);
             n > 0
         });
-        if capacity == 0 {
+        if self.budget.capacity() == 0 {
             // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
             // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
             let n = self.remove_while(RemovalCause::Capacity, || true);
