@@ -174,6 +174,7 @@ impl ThreadState {
     /// Runs `f` on this thread's registration for cache `id`; `None` if the thread has no
     /// entry for that cache, or its list is borrowed (a destructor run from inside
     /// `register`, say).
+    #[inline]
     fn with_registration<R>(&self, id: u64, f: impl FnOnce(&Registration) -> R) -> Option<R> {
         if self.last.id.get() == id {
             // Callers pass the id of a live cache (one they are working in), and `last`
@@ -191,6 +192,7 @@ impl ThreadState {
 }
 
 /// Runs `f` on the calling thread's registration for cache `id`, if it has one it can reach.
+#[inline]
 fn with_registration<R>(id: u64, f: impl FnOnce(&Registration) -> R) -> Option<R> {
     THREAD
         .try_with(|t| t.with_registration(id, f))

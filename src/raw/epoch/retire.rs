@@ -94,7 +94,12 @@ impl Pending {
 
     /// Defers the maintenance token under `guard` unless it is deferred already, and flushes
     /// it to the collector's queue.
+    #[inline]
     pub(super) fn arm(self: &Arc<Self>, guard: &Guard) {
+        // Relaxed: as in `arm_unflushed`; the common case, checked without a call.
+        if self.armed.load(Ordering::Relaxed) {
+            return;
+        }
         if self.arm_unflushed(guard) {
             guard.flush();
         }
@@ -353,6 +358,7 @@ impl Pending {
 
 /// Adds `item` to `reg`'s batch (the calling thread's); hands the batch back once it is
 /// full.
+#[inline]
 fn gather(reg: &Registration, item: Retired) -> Option<Box<Batch>> {
     let mut batch = take_batch(reg).unwrap_or_else(Batch::new);
     batch.push(item);
