@@ -163,8 +163,9 @@ impl Budget {
                     .is_ok()
                 {
                     self.room.fetch_add(target - capacity, Ordering::Relaxed);
-                    return;
                 }
+                // Checked again either way: a target set after ours was read may already
+                // have been reached by its own call, which this grow would then undo.
                 continue;
             }
             // Shrink: the room first (what there is, up to the difference), then the
