@@ -201,16 +201,10 @@ where
     }
 
     /// Hands a node whose value was just published to the policy.
+    #[inline]
     pub(super) fn admit(&self, node: &Node<K, V>) {
         if let Some(policy) = self.admission(node) {
             self.enqueue(policy, hold(node));
-        }
-    }
-
-    /// [`admit`](Self::admit), with a count of the node that the queue may keep.
-    pub(super) fn admit_owned(&self, node: NodeRef<K, V>) {
-        if let Some(policy) = self.admission(&node) {
-            self.enqueue(policy, node);
         }
     }
 

@@ -176,6 +176,25 @@ impl<V> Counted<V> {
     }
 }
 
+impl<V> Counted<V> {
+    /// Gives up one owner's count as a [`Handle`]'s drop does, except for the allocation's
+    /// count: true if it was the last, and then the value has been dropped in place and the
+    /// caller must release the allocation's count taken for it (C1), with a count of its
+    /// own in the same write if it likes.
+    ///
+    /// # Safety
+    /// - The caller owns one count of the value (C1), which it does not use again.
+    pub(crate) unsafe fn release_in_place(&self) -> bool {
+        if !self.release() {
+            return false;
+        }
+        // SAFETY: (C1) ours was the last count: nobody reads the value any more, and it is
+        // dropped once, here.
+        unsafe { std::ptr::drop_in_place(self.value.get().cast::<V>()) };
+        true
+    }
+}
+
 /// What [`Ops`] does to the allocation around a [`Counted`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Count {

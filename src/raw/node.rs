@@ -180,20 +180,38 @@ impl<K, V> Node<K, V> {
         value: Option<(V, u64)>,
         builder: u64,
     ) -> NodeRef<K, V> {
-        let (slot, cell, weight, counted) = match value {
-            Some((v, w)) => (Slot::ready(), 0, w, Counted::with(v, 1)),
+        Self::create_counted(hash, key, value, builder, 0)
+    }
+
+    /// [`create`](Self::create), with `extra` more strong counts of the node made with it
+    /// (S1), for the caller to hand out as raw counts (a forward, say) without a
+    /// read-modify-write each; the `NodeRef` returned is the caller's own count, as in
+    /// `create`.
+    pub(crate) fn create_counted(
+        hash: u64,
+        key: K,
+        value: Option<(V, u64)>,
+        builder: u64,
+        extra: u32,
+    ) -> NodeRef<K, V> {
+        // A node made with its value is made with two counts besides `extra` (S1): the
+        // caller's, and the value's own (C1), so that no read-modify-write is needed to take
+        // the second.
+        let (slot, cell, weight, counted, refs) = match value {
+            Some((v, w)) => (Slot::ready(), 0, w, Counted::with(v, 1), 2 + extra),
             None => (
                 Slot::loading(),
                 (builder << 3) as usize | BUILDER,
                 0,
                 Counted::empty(),
+                1 + extra,
             ),
         };
         let node = NodeRef::new(Self {
             hash,
             value: AtomicUsize::new(cell),
             slot,
-            refs: AtomicU32::new(1),
+            refs: AtomicU32::new(refs),
             key,
             weight: AtomicU64::new(weight),
             #[cfg(runcache_loom)]
@@ -204,10 +222,9 @@ impl<K, V> Node<K, V> {
         if cell == 0 {
             let p = node.counted.value_ptr() as usize;
             debug_assert!(p != 0 && p & TAGS == 0, "a value's address is 8-aligned");
-            // Relaxed: the node is not shared yet; linking it publishes the cell.
+            // Relaxed: the node is not shared yet; linking it publishes the cell. The value's
+            // own count of its node (C1), released by its last owner, was made with the node.
             node.value.store(p, Ordering::Relaxed);
-            // SAFETY: (C1) the value's own count of its node, released by its last owner.
-            unsafe { NodeRef::increment_strong_count(NodeRef::as_ptr(&node)) };
         }
         node
     }
@@ -573,15 +590,13 @@ fn forward_of<'a, K, V>(cell: usize) -> Option<&'a Node<K, V>> {
     (cell & TAGS == FORWARD).then(|| unsafe { &*((cell & !TAGS) as *const Node<K, V>) })
 }
 
-/// The word a cell holds to forward to `node` (taking a strong count of it for the cell).
-pub(crate) fn forward_to<K, V>(node: NodeRef<K, V>) -> usize {
-    NodeRef::into_raw(node) as usize | FORWARD
-}
-
-/// The node pointer inside a forwarding word made by [`forward_to`].
-pub(crate) fn unforward<K, V>(word: usize) -> *const Node<K, V> {
-    debug_assert_eq!(word & TAGS, FORWARD);
-    (word & !TAGS) as *const Node<K, V>
+/// The word a cell holds to forward to the node at `node`, taking over a strong count of it
+/// that the caller owns (one that [`Node::create_counted`] made, say) for the cell.
+///
+/// # Safety
+/// - The caller owns one strong count of `node` (S1), which it gives to the cell.
+pub(crate) unsafe fn forward_counted<K, V>(node: *const Node<K, V>) -> usize {
+    node as usize | FORWARD
 }
 
 /// The value a cell word holds, if it holds one.
@@ -608,6 +623,34 @@ pub(crate) fn handle_of<K, V>(value: &V) -> Handle<V> {
 pub(crate) unsafe fn release_value<K, V>(value: *const V) {
     // SAFETY: (C1, C2) the caller's contract.
     drop(unsafe { Handle::adopt(NonNull::from(Counted::of_value(value)), Node::<K, V>::ops) });
+}
+
+/// Releases one count of a node's value and one count of a node, as [`release_value`] and
+/// a `NodeRef`'s drop would, in that order. When the value is the node's own and this was
+/// its last owner, the node loses the value's count (C1) and the caller's in one
+/// read-modify-write instead of two: the retirement of a removed or replaced entry.
+///
+/// # Safety
+/// - `value` is as [`release_value`] requires; the caller owns one strong count of `node`
+///   (S1), which it does not use again.
+pub(crate) unsafe fn release_value_and_node<K, V>(value: *const V, node: *const Node<K, V>) {
+    // SAFETY: (S1) the caller's count keeps the node alive; only an address is computed.
+    let own = std::ptr::eq(value, unsafe { (*node).counted.value_ptr() });
+    if !own {
+        // SAFETY: (C1, S1) the caller's contract.
+        unsafe {
+            release_value::<K, V>(value);
+            NodeRef::decrement_strong_count(node);
+        }
+        return;
+    }
+    // SAFETY: (C1, S1) the caller owns one count of the value and one of the node; when the
+    // value's count ends, the count of the node taken for the value (C1) is the caller's to
+    // release, with its own.
+    unsafe {
+        let last = Counted::of_value(value).release_in_place();
+        NodeRef::decrement_strong_count_by(node, 1 + u32::from(last));
+    }
 }
 
 /// Takes a count of a node found under a guard, so it outlives the guard.

@@ -14,8 +14,12 @@
 //!
 //! - **S1 (the count).** A node's `refs` is the number of strong counts of it that exist:
 //!   each `NodeRef` ([`Strong`]), and each raw pointer made by [`Strong::into_raw`] or
-//!   counted by [`Strong::increment_strong_count`] and not yet given back. It is created at 1 with the
-//!   node's box, and the release that takes it to 0 drops the box, once.
+//!   counted by [`Strong::increment_strong_count`] and not yet given back. It is created with
+//!   the node's box at the number of counts its maker takes at once: the `Strong` that
+//!   [`Strong::new`] returns, and owners the node's constructor counted in advance (a node
+//!   made with its value counts the value's own, C1 in `handle.rs`). The release that takes
+//!   it to 0 drops the box, once; one release may give up several counts
+//!   ([`Strong::decrement_strong_count_by`]) that its caller owns.
 
 #![allow(unsafe_code)]
 
@@ -51,9 +55,10 @@ unsafe impl<T: Counts + Send + Sync> Send for Strong<T> {}
 unsafe impl<T: Counts + Send + Sync> Sync for Strong<T> {}
 
 impl<T: Counts> Strong<T> {
-    /// Moves `node` (whose count is 1) into its own allocation, as its one count.
+    /// Moves `node` into its own allocation. Its count (at least 1) is this `Strong` and
+    /// the owners its constructor counted in advance (S1), whose counts the caller hands out.
     pub(crate) fn new(node: T) -> Self {
-        debug_assert_eq!(node.refs().load(Ordering::Relaxed), 1);
+        debug_assert!(node.refs().load(Ordering::Relaxed) >= 1);
         Self {
             ptr: NonNull::from(Box::leak(Box::new(node))),
             _owns: PhantomData,
@@ -109,6 +114,28 @@ impl<T: Counts> Strong<T> {
     pub(crate) unsafe fn decrement_strong_count(p: *const T) {
         // SAFETY: (S1) the caller's contract.
         drop(unsafe { Self::from_raw(p) });
+    }
+
+    /// Releases `n` counts of the node at `p` with one read-modify-write, dropping the node
+    /// if they were the last: what `n` calls of
+    /// [`decrement_strong_count`](Self::decrement_strong_count) do, for one write of the
+    /// node's count line instead of `n`.
+    ///
+    /// # Safety
+    /// - The caller owns the `n` counts it releases (S1), and does not use `p` after.
+    pub(crate) unsafe fn decrement_strong_count_by(p: *const T, n: u32) {
+        // SAFETY: (S1) the caller owns counts of the node, so it is alive.
+        let refs = unsafe { &*p }.refs();
+        // Release: as in `drop`, for each of the `n` counts at once.
+        let old = refs.fetch_sub(n, Ordering::Release);
+        debug_assert!(old >= n, "released {n} counts of a node that had {old}");
+        if old != n {
+            return;
+        }
+        // Acquire: as in `drop`.
+        fence(Ordering::Acquire);
+        // SAFETY: (S1) the last counts: the box is ours to drop, once.
+        drop(unsafe { Box::from_raw(p.cast_mut()) });
     }
 
     /// The node, if this is its only count: the allocation is freed, the node handed back.

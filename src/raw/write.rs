@@ -7,7 +7,7 @@
 
 use super::counter::Counter;
 use super::handle::Handle;
-use super::node::{self, forward_to, handle_of, hold, value_of, Node, NodeRef, View};
+use super::node::{self, handle_of, hold, value_of, Node, NodeRef, View};
 use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
 use crate::sync::Ordering;
@@ -51,7 +51,7 @@ where
                 if !self.reserve(weight, pin.stats) {
                     return Err(self.refuse(&pin, key, value, weight));
                 }
-                let node = NodeRef::into_raw(self.node_with(hash, &mut key, &mut value, weight));
+                let node = NodeRef::into_raw(self.node_with(hash, &mut key, &mut value, weight, 0));
                 // Relaxed: a size statistic (counted before a remover can uncount it).
                 shard.live.fetch_add(1, Ordering::Relaxed);
                 if shard.link(&pos, node, &pin.guard) {
@@ -79,19 +79,28 @@ where
                     if !self.reserve(weight - shared, pin.stats) {
                         return Err(self.refuse(&pin, key, value, weight));
                     }
-                    let new = self.node_with(hash, &mut key, &mut value, weight);
-                    let forward = forward_to(NodeRef::clone(&new));
+                    // Made with a count for the forward besides the value's and ours, which
+                    // goes to the slot: the replacement's counts take no read-modify-write.
+                    let new = self.node_with(hash, &mut key, &mut value, weight, 1);
+                    // SAFETY: (S1) the count `create_counted` made for the forward.
+                    let forward = unsafe { node::forward_counted(NodeRef::as_ptr(&new)) };
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
                             let old = self.take_value(current, cell, shared);
+                            // SAFETY: (H3, I1) the new node is alive for as long as we are
+                            // pinned: its counts now go only through the epoch (the slot's
+                            // when it is unlinked or swung, the forward's with the old node)
+                            // or with its value, which the cell keeps until it is retired.
+                            let to = unsafe { &*NodeRef::as_ptr(&new) };
                             // Swing the slot to the new node, retiring the old node and the
                             // cell's count of its value together: straight from where the
                             // key was found, or, if the slot changed since, the value alone
                             // and the slot by locating it again.
                             // SAFETY: (I6) our CAS took the old value out of the cell: no new
-                            // reader can load it, and its count is ours to retire, once.
+                            // reader can load it, and its count is ours to retire, once. Our
+                            // count of the new node becomes the slot's.
                             let swung = unsafe {
-                                shard.swing_at_with(&pos, &new, Some(cell as *const V), &pin.guard)
+                                shard.swing_at_with(&pos, new, Some(cell as *const V), &pin.guard)
                             };
                             if let Err(alone) = swung {
                                 if let Some(raw) = alone {
@@ -99,18 +108,19 @@ where
                                     // the value goes alone.
                                     unsafe { self.defer_value(raw, &pin.guard) };
                                 }
-                                let _ = shard.locate(hash, |k| k == new.key(), &pin.guard);
+                                let _ = shard.locate(hash, |k| k == to.key(), &pin.guard);
                             }
-                            self.notify(new.key(), &old, RemovalCause::Replaced);
-                            self.admit_owned(new);
+                            self.notify(to.key(), &old, RemovalCause::Replaced);
+                            self.admit(to);
                             let capacity = self.budget.capacity();
                             self.retired(&pin, current.acquired_weight(), capacity);
                             return Ok(Some(old));
                         }
                         Err(_) => {
                             self.budget.release(weight - shared);
-                            // SAFETY: (N1) the cell did not take the count `forward` carries.
-                            drop(unsafe { NodeRef::from_raw(node::unforward::<K, V>(forward)) });
+                            // SAFETY: (N1, S1) the cell did not take the count made for the
+                            // forward.
+                            unsafe { NodeRef::decrement_strong_count(NodeRef::as_ptr(&new)) };
                             let (k, v) = Node::into_parts(new);
                             (key, value) = (Some(k), v);
                         }
@@ -126,17 +136,19 @@ where
         }
     }
 
-    /// A `READY` node for an insert, taking the key and value out of their holders.
+    /// A `READY` node for an insert, taking the key and value out of their holders, made
+    /// with `extra` raw counts for the caller to hand out (S1).
     pub(super) fn node_with(
         &self,
         hash: u64,
         key: &mut Option<K>,
         value: &mut Option<V>,
         weight: u64,
+        extra: u32,
     ) -> NodeRef<K, V> {
         let k = key.take().expect("the key is in hand");
         let v = value.take().expect("the value is in hand");
-        Node::create(hash, k, Some((v, weight)), 0)
+        Node::create_counted(hash, k, Some((v, weight)), 0, extra)
     }
 
     /// Builds the refusal of an insert, handing the key and the value back.

@@ -374,10 +374,11 @@ impl<K: Eq, V> Shard<K, V> {
                         } else {
                             if let Some(to) = n.forwarded() {
                                 // Replaced: swing the slot to the replacement, then look again.
-                                // SAFETY: (H3) no value comes along.
-                                let _ = unsafe {
-                                    swing(table, i, s, to.resolve(), None, &self.pending, guard)
-                                };
+                                let to = NodeRef::into_raw(super::node::hold(to.resolve()));
+                                // SAFETY: (H3, I1) the count just taken goes to the slot, or
+                                // goes if the swing fails; no value comes along.
+                                let _ =
+                                    unsafe { swing(table, i, s, to, None, &self.pending, guard) };
                                 continue;
                             }
                             return Position {
@@ -442,7 +443,7 @@ impl<K: Eq, V> Shard<K, V> {
     pub(crate) unsafe fn swing_at_with(
         &self,
         pos: &Position<'_, K, V>,
-        to: &Node<K, V>,
+        to: NodeRef<K, V>,
         value: Option<*const V>,
         guard: &Guard,
     ) -> Result<(), Option<*const V>> {
@@ -450,13 +451,14 @@ impl<K: Eq, V> Shard<K, V> {
             pos.found.is_some(),
             "only a slot that held the key's live node is swung (an empty one is claimed)"
         );
-        // SAFETY: (I6) the caller's contract.
+        // SAFETY: (I1, I6) `to`'s count becomes the slot's (or goes, if the swing fails); the
+        // caller's contract covers `value`.
         unsafe {
             swing(
                 pos.table,
                 pos.index,
                 pos.current,
-                to,
+                NodeRef::into_raw(to),
                 value,
                 &self.pending,
                 guard,
@@ -596,22 +598,25 @@ fn holds_key<K, V>(
     s.may_hold(tag) && (HASH_TAGS || n.hash == hash) && eq(n.key())
 }
 
-/// Swings slot `i`, which held `current` (a replaced node), to `to`, the node that replaced
+/// Swings slot `i`, which held `current` (a replaced node), to `p`, the node that replaced
 /// it, retiring the replaced node with `value`; a failed CAS (`Err(value)`, nothing retired)
-/// means another thread swung it, or a migration froze it (and copies `to`).
+/// means another thread swung it, or a migration froze it (and copies `p`'s node).
 ///
 /// # Safety
+/// - The caller owns one strong count of `p` (S1): the slot takes it, or it is released
+///   here if the swing fails.
 /// - `value`, if any, is as [`Shard::unlink_with`] requires.
 unsafe fn swing<K, V>(
     table: &Table<K, V>,
     i: usize,
     current: Word<'_, Node<K, V>>,
-    to: &Node<K, V>,
+    p: *const Node<K, V>,
     value: Option<*const V>,
     pending: &Arc<Pending>,
     guard: &Guard,
 ) -> Result<(), Option<*const V>> {
-    let p = NodeRef::into_raw(super::node::hold(to));
+    // SAFETY: (S1) the caller's count keeps the node alive.
+    let to = unsafe { &*p };
     // Release: pairs with the Acquire slot loads (the replacement's fields were published by
     // the forward, which we acquired; this passes them on).
     match table.slots[i].compare_exchange(
@@ -628,7 +633,7 @@ unsafe fn swing<K, V>(
             Ok(())
         }
         Err(_) => {
-            // SAFETY: (I1) the count we took for the slot, never shared.
+            // SAFETY: (I1, S1) the caller's count, meant for the slot, which did not take it.
             drop(unsafe { NodeRef::from_raw(p) });
             Err(value)
         }
@@ -658,10 +663,11 @@ unsafe fn retire<K, V>(
     // count is the caller's (C1). The value goes first: its count may hold the node.
     unsafe {
         pending.defer(guard, move || {
-            if !value.is_null() {
-                super::node::release_value::<K, V>(value);
+            if value.is_null() {
+                drop(NodeRef::from_raw(raw));
+            } else {
+                super::node::release_value_and_node::<K, V>(value, raw);
             }
-            drop(NodeRef::from_raw(raw));
         })
     };
 }
