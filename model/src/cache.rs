@@ -10,9 +10,13 @@ use std::collections::HashMap;
 #[derive(Arbitrary, Clone, Debug)]
 pub enum Op {
     Insert(u8, u32),
+    /// `Cache::put`: an insert that hands nothing back.
+    Put(u8, u32),
     Get(u8),
     Pinned(u8),
     Remove(u8),
+    /// `Cache::invalidate`: a removal that hands nothing back.
+    Invalidate(u8),
     RemoveIf(u8, bool),
     GetOrBuild(u8, u32),
     GetOrCreate(u8, u32),
@@ -121,6 +125,27 @@ pub fn run(input: Input) -> Outcome {
                     }
                 }
             }
+            Op::Put(key, v) => {
+                let key = k(key);
+                let extra = match model.map.get(&key) {
+                    Some(&o) => weight(v).saturating_sub(weight(o)),
+                    None => weight(v),
+                };
+                let fits = model.fits(extra);
+                if !fits {
+                    model.counts[REJECTIONS] += 1;
+                }
+                match cache.put(key, v) {
+                    Ok(()) => {
+                        ensure!(fits, "{at}: should have been refused");
+                        model.map.insert(key, v);
+                    }
+                    Err(e) => {
+                        ensure!(!fits, "{at}: refused: {e}");
+                        ensure_eq!(e.into_inner(), (key, v), "{at}: handed back");
+                    }
+                }
+            }
             Op::Get(key) => {
                 model.look(k(key));
                 ensure_eq!(
@@ -146,6 +171,11 @@ pub fn run(input: Input) -> Outcome {
                 let expected = model.map.remove(&k(key));
                 model.counts[REMOVALS] += u64::from(expected.is_some());
                 ensure_eq!(cache.remove(&k(key)).map(|v| *v), expected, "{at}");
+            }
+            Op::Invalidate(key) => {
+                let expected = model.map.remove(&k(key)).is_some();
+                model.counts[REMOVALS] += u64::from(expected);
+                ensure_eq!(cache.invalidate(&k(key)), expected, "{at}");
             }
             Op::RemoveIf(key, yes) => {
                 let key = k(key);

@@ -14,10 +14,14 @@ use std::sync::{Arc, Mutex};
 #[derive(Arbitrary, Clone, Debug)]
 pub enum Op {
     Insert(u8, u32),
+    /// `Cache::put`: an insert that hands nothing back.
+    Put(u8, u32),
     Get(u8),
     Pinned(u8),
     GetOrBuild(u8, u32),
     Remove(u8),
+    /// `Cache::invalidate`: a removal that hands nothing back.
+    Invalidate(u8),
     /// Looks up `len` consecutive keys from a start: a scan, or a hot set hit again.
     Scan(u8, u8),
     Clear,
@@ -99,6 +103,22 @@ pub fn run(input: Input) -> Outcome {
                     }
                 }
             }
+            Op::Put(key, v) => {
+                let key = k(key);
+                let result = cache.put(key, v);
+                follow(&events, &mut model, &at)?;
+                let w = weight(v);
+                match result {
+                    Ok(()) => {
+                        ensure!(capacity > 0 && w <= capacity, "{at}: should be refused");
+                        model.insert(key, v);
+                    }
+                    Err(e) => {
+                        ensure!(capacity == 0 || w > capacity, "{at}: refused: {e}");
+                        ensure_eq!(e.into_inner(), (key, v), "{at}: handed back");
+                    }
+                }
+            }
             Op::Get(key) => {
                 let got = cache.get(&k(key)).map(|v| *v);
                 ensure_eq!(got, model.get(&k(key)).copied(), "{at}");
@@ -143,6 +163,11 @@ pub fn run(input: Input) -> Outcome {
             Op::Remove(key) => {
                 let removed = cache.remove(&k(key)).map(|v| *v);
                 ensure_eq!(removed, before.get(&k(key)).copied(), "{at}");
+                follow(&events, &mut model, &at)?;
+            }
+            Op::Invalidate(key) => {
+                let removed = cache.invalidate(&k(key));
+                ensure_eq!(removed, before.contains_key(&k(key)), "{at}");
                 follow(&events, &mut model, &at)?;
             }
             Op::Clear => {

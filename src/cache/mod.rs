@@ -233,12 +233,29 @@ where
     /// (or anything at capacity 0, or when every other entry is being built); a rejecting
     /// cache ([`WhenFull::Reject`]) refuses any entry that does not fit in the free capacity.
     pub fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, InsertError<K, V>> {
-        self.raw.insert(key, value).map_err(|r| InsertError {
-            key: r.key,
-            value: r.value,
-            weight: r.weight,
-            capacity: r.capacity,
-        })
+        self.raw.insert(key, value, true).map_err(refused)
+    }
+
+    /// Caches `value` under `key`, replacing any cached value without handing it back: what
+    /// [`insert`](Self::insert) does, for a caller that has no use for the old value. It
+    /// takes no count of the replaced value (unless an eviction listener hears of it), so a
+    /// replacement writes two shared counts fewer than an `insert` whose result is dropped.
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert): [`InsertError`] hands `key` and `value` back when the
+    /// entry cannot be cached, and nothing changes.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put("kernel", 1).unwrap();
+    /// cache.put("kernel", 2).unwrap();
+    /// assert_eq!(cache.get_cloned("kernel"), Some(2));
+    /// ```
+    pub fn put(&self, key: K, value: V) -> Result<(), InsertError<K, V>> {
+        self.raw
+            .insert(key, value, false)
+            .map(|_| ())
+            .map_err(refused)
     }
 
     /// The value for `key`, built by `build` if it is missing.
@@ -341,6 +358,25 @@ where
         Q: Hash + Eq + ?Sized,
     {
         self.raw.remove(key)
+    }
+
+    /// Removes the cached value for `key` without handing it back: whether one was cached.
+    /// What [`remove`](Self::remove) does, for a caller that has no use for the value: it
+    /// takes no count of it (unless an eviction listener hears of the removal). A build in
+    /// flight for `key` is not affected.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(7, "seven").unwrap();
+    /// assert!(cache.invalidate(&7));
+    /// assert!(!cache.invalidate(&7), "nothing left to remove");
+    /// ```
+    pub fn invalidate<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.raw.invalidate(key)
     }
 
     /// Removes the cached value for `key` only if `pred` accepts it (checked and removed in
@@ -540,4 +576,14 @@ fn fetched<V, E>(served: Served<V, E>) -> Result<Fetched<V>, Arc<E>> {
         Served::Failed(e) => return Err(e),
     };
     Ok(Fetched { value, source })
+}
+
+/// The error of a refused insert: the key and the value back, with why.
+fn refused<K, V>(r: crate::raw::Refused<K, V>) -> InsertError<K, V> {
+    InsertError {
+        key: r.key,
+        value: r.value,
+        weight: r.weight,
+        capacity: r.capacity,
+    }
 }

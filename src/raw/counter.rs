@@ -217,9 +217,12 @@ pub(crate) enum Counter {
     Rejection,
     Eviction,
     Removal,
+    /// Entries this thread made cached, less those it took out of the cache (wrapping: a
+    /// thread may take out more than it made). The sum over every thread is `len`.
+    Live,
 }
 
-const COUNTERS: usize = 8;
+const COUNTERS: usize = 9;
 
 /// The fewest values lighter than a hand-over's due weight that a thread hands over at a
 /// time (see [`StatsBlock::hand_over_due`]): it bounds the hand-overs, each a sealed ~2 KB
@@ -241,6 +244,12 @@ impl StatsBlock {
     #[inline]
     pub(crate) fn bump(&self, counter: Counter) {
         self.bump_by(counter, 1);
+    }
+
+    /// Takes one from a counter (wrapping), as cheaply as [`bump`](Self::bump) adds one.
+    #[inline]
+    pub(crate) fn unbump(&self, counter: Counter) {
+        self.bump_by(counter, u64::MAX);
     }
 
     /// Adds `n` to a counter, as cheaply as the block's ownership allows.

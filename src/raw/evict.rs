@@ -166,7 +166,7 @@ where
                 let shard = self.shard(node.hash);
                 let kept = keep.min(node.weight());
                 let how = Take::node(RemovalCause::Capacity).keeping(kept);
-                if let Some((weight, _)) = self.take_if(&node, shard, &pin.guard, how, |_| true) {
+                if let Some((weight, _)) = self.take_if(&node, shard, &pin, how, |_| true) {
                     self.retired(&pin, weight, capacity);
                     return Some(kept);
                 }
@@ -287,7 +287,7 @@ where
                     .take_if(
                         node,
                         shard,
-                        &pin.guard,
+                        &pin,
                         Take::node(RemovalCause::Capacity),
                         |_| true,
                     )
@@ -334,7 +334,7 @@ mod tests {
         let c = RawCache::<u64, u64, _>::new(8, 1_000, RandomState::new(), None, None, true, None);
         c.sweep.finish();
         for k in 0..500 {
-            assert!(c.insert(k, k).is_ok());
+            assert!(c.insert(k, k, false).is_ok());
         }
         let used = 1_000..2_000u64;
         let mut hits = 0;
@@ -345,7 +345,7 @@ mod tests {
                 if found {
                     hits += 1;
                 } else {
-                    assert!(c.insert(k, k).is_ok());
+                    assert!(c.insert(k, k, false).is_ok());
                 }
             }
         }

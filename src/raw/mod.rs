@@ -69,7 +69,6 @@ pub(crate) mod word;
 mod write;
 
 use crate::policy::S3Fifo;
-use crate::sync::Ordering;
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
@@ -396,13 +395,13 @@ where
         }
     }
 
+    /// The cached entries: every thread's count of the entries it made cached less those it
+    /// took out (`Counter::Live`), so that an insert or a removal writes its own thread's
+    /// block instead of a shared word. Exact once the cache is quiet; while writes run, the
+    /// sum reads the blocks one after another, and can dip below zero (read as 0) when a
+    /// removal's count is read before its insert's.
     pub(crate) fn len(&self) -> usize {
-        // Relaxed: a size statistic, exact once the cache is quiet. A shard's count can dip
-        // below zero (wrapping) for an instant when a removal overtakes an insert's count.
-        let sum = self.shards.iter().fold(0usize, |acc, s| {
-            acc.wrapping_add(s.live.load(Ordering::Relaxed))
-        });
-        usize::try_from(sum as isize).unwrap_or(0)
+        usize::try_from(self.stat(Counter::Live) as i64).unwrap_or(0)
     }
 
     pub(crate) fn weighted_size(&self) -> u64 {

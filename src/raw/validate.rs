@@ -3,9 +3,9 @@
 
 #![forbid(unsafe_code)]
 
+use super::counter::Counter;
 use super::node::{Node, View};
 use super::RawCache;
-use crate::sync::Ordering;
 use std::hash::{BuildHasher, Hash};
 
 impl<K, V, S> RawCache<K, V, S>
@@ -18,7 +18,8 @@ where
     /// operations, never during one):
     /// - each shard's tables: every live node is found from its hash, none is frozen, and a
     ///   table's claim count is exact (I2, H1–H4); no node is still loading (I4);
-    /// - no two cached nodes hold the same key, and each shard's live count is exact;
+    /// - no two cached nodes hold the same key, and the threads' live counts add up to the
+    ///   cached entries (`len`);
     /// - the budget's size is the sum of the cached weights and within the capacity (I5);
     /// - with eviction: the queues' totals are exact, no entry is queued twice or without
     ///   its claim, and the cached entries claimed for the queues are exactly the queued
@@ -29,8 +30,8 @@ where
         let mut keys = std::collections::HashSet::new();
         let mut weight = 0u64;
         let mut problem = None;
+        let mut live = 0usize;
         for (i, shard) in self.shards.iter().enumerate() {
-            let mut live = 0usize;
             shard
                 .validate(&pin.guard)
                 .map_err(|e| format!("shard {i}: {e}"))?;
@@ -58,13 +59,14 @@ where
             if let Some(p) = problem.take() {
                 return Err(p);
             }
-            // Relaxed: the cache is quiet.
-            let counted = shard.live.load(Ordering::Relaxed);
-            if counted != live {
-                return Err(format!(
-                    "shard {i} counts {counted} live entries and holds {live}"
-                ));
-            }
+        }
+        // Read in a quiet cache, where the threads' counts are exact.
+        let counted = self.stat(Counter::Live);
+        if counted != live as u64 {
+            return Err(format!(
+                "the threads count {} live entries and the tables hold {live}",
+                counted as i64
+            ));
         }
         let (size, capacity) = self.budget.snapshot();
         if size != weight {

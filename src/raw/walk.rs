@@ -35,7 +35,7 @@ where
                     break 'shards;
                 }
                 if self
-                    .take_if(node, shard, &pin.guard, Take::key(cause), |_| true)
+                    .take_if(node, shard, &pin, Take::key(cause), |_| true)
                     .is_some()
                 {
                     removed += 1;
@@ -76,13 +76,10 @@ where
                 }
                 // Not following forwards: a replacement's value was not shown to `keep`. A
                 // cell holds a value at most once, so a value still in it is the one shown.
-                let taken = self.take_if(
-                    node,
-                    shard,
-                    &pin.guard,
-                    Take::node(RemovalCause::Removed),
-                    |_| true,
-                );
+                let taken =
+                    self.take_if(node, shard, &pin, Take::node(RemovalCause::Removed), |_| {
+                        true
+                    });
                 if taken.is_some() {
                     pin.stats.bump(Counter::Removal);
                     removed += 1;

@@ -10,7 +10,6 @@ use super::handle::Handle;
 use super::node::{self, handle_of, hold, value_of, Node, NodeRef, View};
 use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
-use crate::sync::Ordering;
 use crossbeam_epoch::Guard;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -35,7 +34,15 @@ where
     /// the new one with that CAS (I5). The slot is then swung to the new node, straight at
     /// the position found, or, if that slot changed meanwhile, by `locate` (which swings any
     /// forwarded slot it meets).
-    pub(crate) fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, Refused<K, V>> {
+    ///
+    /// `hand_back`: whether the caller wants the replaced value back. When it does not (and
+    /// no listener hears the replacement), no count of the old value is taken for it.
+    pub(crate) fn insert(
+        &self,
+        key: K,
+        value: V,
+        hand_back: bool,
+    ) -> Result<Option<Handle<V>>, Refused<K, V>> {
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
         let shard = self.shard(hash);
@@ -52,15 +59,15 @@ where
                     return Err(self.refuse(&pin, key, value, weight));
                 }
                 let node = NodeRef::into_raw(self.node_with(hash, &mut key, &mut value, weight, 0));
-                // Relaxed: a size statistic (counted before a remover can uncount it).
-                shard.live.fetch_add(1, Ordering::Relaxed);
+                // Counted before a remover can uncount it, in this thread's own block.
+                pin.stats.bump(Counter::Live);
                 if shard.link(&pos, node, &pin.guard) {
                     // SAFETY: (I1) linked, so the table holds a count and the node is alive; the
                     // policy's queue takes one more (I1).
                     self.admit(unsafe { &*node });
                     return Ok(None);
                 }
-                shard.live.fetch_sub(1, Ordering::Relaxed);
+                pin.stats.unbump(Counter::Live);
                 self.budget.release(weight);
                 // SAFETY: (I1) the link failed, so the node was never shared.
                 let (k, v) = unsafe { into_parts(node) };
@@ -86,7 +93,7 @@ where
                     let forward = unsafe { node::forward_counted(NodeRef::as_ptr(&new)) };
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
-                            let old = self.take_value(current, cell, shared);
+                            let old = self.take_value(current, cell, shared, hand_back);
                             // SAFETY: (H3, I1) the new node is alive for as long as we are
                             // pinned: its counts now go only through the epoch (the slot's
                             // when it is unlinked or swung, the forward's with the old node)
@@ -110,11 +117,13 @@ where
                                 }
                                 let _ = shard.locate(hash, |k| k == to.key(), &pin.guard);
                             }
-                            self.notify(to.key(), &old, RemovalCause::Replaced);
+                            if let Some(old) = &old {
+                                self.notify(to.key(), old, RemovalCause::Replaced);
+                            }
                             self.admit(to);
                             let capacity = self.budget.capacity();
                             self.retired(&pin, current.acquired_weight(), capacity);
-                            return Ok(Some(old));
+                            return Ok(old.filter(|_| hand_back));
                         }
                         Err(_) => {
                             self.budget.release(weight - shared);
@@ -172,11 +181,18 @@ where
 
     /// Releases the weight of a value that the caller's own CAS just swapped out of `node`'s
     /// cell (less `kept`, which passed to its replacement), and returns a handle of the
-    /// value. The cell's count of it is the caller's to retire (`defer_value`, or with the
-    /// node).
-    pub(super) fn take_value(&self, node: &Node<K, V>, cell: usize, kept: u64) -> Handle<V> {
-        let value =
-            handle_of::<K, V>(value_of::<V>(cell).expect("a value was taken out of the cell"));
+    /// value if the caller wants it back (`hand_back`) or a listener is to hear of it. The
+    /// cell's count of it is the caller's to retire (`defer_value`, or with the node).
+    pub(super) fn take_value(
+        &self,
+        node: &Node<K, V>,
+        cell: usize,
+        kept: u64,
+        hand_back: bool,
+    ) -> Option<Handle<V>> {
+        let value = (hand_back || self.listener.is_some()).then(|| {
+            handle_of::<K, V>(value_of::<V>(cell).expect("a value was taken out of the cell"))
+        });
         // The CAS that took the value acquired its publication, weight included.
         self.budget.release(node.acquired_weight() - kept);
         value
@@ -246,10 +262,11 @@ where
         &self,
         node: &Node<K, V>,
         shard: &Shard<K, V>,
-        guard: &Guard,
+        pin: &Pin<'_>,
         how: Take,
         pred: impl Fn(&V) -> bool,
     ) -> Option<(u64, Option<Handle<V>>)> {
+        let guard = &pin.guard;
         let Take {
             cause,
             follow,
@@ -277,8 +294,7 @@ where
                 Err(now) => cell = now,
             }
         }
-        // Relaxed: a size statistic.
-        shard.live.fetch_sub(1, Ordering::Relaxed);
+        pin.stats.unbump(Counter::Live);
         let value = (hand_back || self.listener.is_some())
             .then(|| handle_of::<K, V>(value_of(cell).expect("a value was taken out of the cell")));
         // The CAS that took the value acquired its publication, weight included.
@@ -311,20 +327,42 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let how = Take::key(RemovalCause::Removed).handing_back();
+        let removed = self.remove_by(key, how, pred)?;
+        Some(removed.expect("a removal by key hands the value back"))
+    }
+
+    /// Removes the value for `key`, handing nothing back: whether one was cached. No count
+    /// of the value is taken unless a listener hears of the removal.
+    pub(crate) fn invalidate<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove_by(key, Take::key(RemovalCause::Removed), |_| true)
+            .is_some()
+    }
+
+    /// Takes the value cached for `key` out as `how` says, if `pred` accepts it; `None` if
+    /// nothing was taken, else the value if `how` hands it back.
+    fn remove_by<Q>(
+        &self,
+        key: &Q,
+        how: Take,
+        pred: impl Fn(&V) -> bool,
+    ) -> Option<Option<Handle<V>>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let pin = self.pin_for(shard, hash);
         let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
-        let removed = self.take_if(
-            node,
-            shard,
-            &pin.guard,
-            Take::key(RemovalCause::Removed).handing_back(),
-            pred,
-        )?;
+        let (weight, value) = self.take_if(node, shard, &pin, how, pred)?;
         pin.stats.bump(Counter::Removal);
-        self.retired(&pin, removed.0, self.budget.capacity());
-        Some(removed.1.expect("a removal by key hands the value back"))
+        self.retired(&pin, weight, self.budget.capacity());
+        Some(value)
     }
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>

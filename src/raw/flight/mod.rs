@@ -20,7 +20,6 @@ use super::node::{handle_of, hold, Listed, Node, NodeRef, Outcome, View};
 use super::slot::{DEAD, READY};
 use super::table::Shard;
 use super::{RawCache, Served};
-use crate::sync::Ordering;
 pub(crate) use future::Recursion;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
@@ -320,8 +319,8 @@ where
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
                 if self.reserve(weight, stats) {
-                    // Relaxed: a size statistic (counted before a remover can uncount it).
-                    shard.live.fetch_add(1, Ordering::Relaxed);
+                    // Counted before a remover can uncount it, in this thread's own block.
+                    stats.bump(Counter::Live);
                     let (value, listed) = node.publish(v, weight);
                     node.slot.finish(READY);
                     self.close(listed);

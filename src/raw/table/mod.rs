@@ -129,8 +129,6 @@ pub(crate) struct Shard<K, V> {
     /// without a pin, never dereferenced. Stored after the root changes, so it may lag.
     hint_slots: AtomicUsize,
     hint_mask: AtomicUsize,
-    /// Entries with a cached value (`len`).
-    pub(crate) live: AtomicUsize,
     /// Migrations finished (for tests).
     migrations: AtomicUsize,
     /// The fewest slots a table of this shard has: the size it was presized to for the
@@ -168,7 +166,6 @@ impl<K: Eq, V> Shard<K, V> {
             root: Atomic::init(floor),
             hint_slots: AtomicUsize::new(0),
             hint_mask: AtomicUsize::new(0),
-            live: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
             floor,
             pending,
