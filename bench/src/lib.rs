@@ -86,10 +86,12 @@ impl Subject for RuncacheArc {
         self.0.get(&k).is_some_and(|v| *v == k)
     }
     fn insert(&self, k: u64, v: u64) {
-        let _ = self.0.insert(k, v);
+        // The old value is not wanted: `put` takes no count of it, as quick_cache's and
+        // moka's inserts return nothing.
+        let _ = self.0.put(k, v);
     }
     fn remove(&self, k: u64) {
-        self.0.remove(&k);
+        self.0.invalidate(&k);
     }
 }
 
@@ -98,10 +100,12 @@ impl Subject for RuncacheCloned {
         self.0.get_cloned(&k) == Some(k)
     }
     fn insert(&self, k: u64, v: u64) {
-        let _ = self.0.insert(k, v);
+        // The old value is not wanted: `put` takes no count of it, as quick_cache's and
+        // moka's inserts return nothing.
+        let _ = self.0.put(k, v);
     }
     fn remove(&self, k: u64) {
-        self.0.remove(&k);
+        self.0.invalidate(&k);
     }
 }
 
@@ -122,10 +126,12 @@ impl Subject for RuncachePinned {
         self.0.pin().get(&k).is_some_and(|v| *v == k)
     }
     fn insert(&self, k: u64, v: u64) {
-        let _ = self.0.insert(k, v);
+        // The old value is not wanted: `put` takes no count of it, as quick_cache's and
+        // moka's inserts return nothing.
+        let _ = self.0.put(k, v);
     }
     fn remove(&self, k: u64) {
-        self.0.remove(&k);
+        self.0.invalidate(&k);
     }
     fn get_batch(&self, keys: &[u64]) -> u64 {
         let pinned = self.0.pin();
