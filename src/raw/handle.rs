@@ -177,13 +177,14 @@ impl<V> Counted<V> {
 }
 
 impl<V> Counted<V> {
-    /// Gives up one owner's count as a [`Handle`]'s drop does, except for the allocation's
-    /// count: true if it was the last, and then the value has been dropped in place and the
-    /// caller must release the allocation's count taken for it (C1), with a count of its
-    /// own in the same write if it likes.
+    /// Gives up one owner's count: true if it was the last, and then the value has been
+    /// dropped in place and the caller must release the allocation's count taken for it
+    /// (C1), with a count of its own in the same write if it likes ([`Handle`]'s drop
+    /// releases it alone).
     ///
     /// # Safety
     /// - The caller owns one count of the value (C1), which it does not use again.
+    #[inline(always)]
     pub(crate) unsafe fn release_in_place(&self) -> bool {
         if !self.release() {
             return false;
@@ -351,11 +352,10 @@ impl<V> Clone for Handle<V> {
 impl<V> Drop for Handle<V> {
     #[inline]
     fn drop(&mut self) {
-        if self.counted().release() {
-            // SAFETY: (C1) ours was the last count: nobody reads the value any more. It is
-            // dropped once, in place; then the allocation's count taken for it goes (C2).
-            unsafe {
-                std::ptr::drop_in_place(self.counted().value.get().cast::<V>());
+        // SAFETY: (C1, C2) this handle's count, given up once, here; when it was the last,
+        // the value is dropped and the allocation's count taken for it goes.
+        unsafe {
+            if self.counted().release_in_place() {
                 (self.ops)(self.counted, Count::Unhold);
             }
         }

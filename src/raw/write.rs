@@ -94,10 +94,9 @@ where
                     match current.swap_cell(cell, forward) {
                         Ok(()) => {
                             let old = self.take_value(current, cell, shared, hand_back);
-                            // SAFETY: (H3, I1) the new node is alive for as long as we are
-                            // pinned: its counts now go only through the epoch (the slot's
-                            // when it is unlinked or swung, the forward's with the old node)
-                            // or with its value, which the cell keeps until it is retired.
+                            // SAFETY: (H3, I1) alive while we are pinned: its counts now go
+                            // through the epoch (the slot's, the forward's with the old node)
+                            // or after its value's, which its cell keeps until then.
                             let to = unsafe { &*NodeRef::as_ptr(&new) };
                             // Swing the slot to the new node, retiring the old node and the
                             // cell's count of its value together: straight from where the
