@@ -66,21 +66,48 @@ const REACH: usize = 1 << 14;
 /// to 1% of its keys and costs OLTP, whose small caches live on recency, 0.3 to 0.9 points
 /// at 0.1% and 0.25%; both stay above LRU and the peers (`docs/DESIGN.md`).
 fn period(entries: usize) -> usize {
+    PERIOD_PER_ENTRY * reach(entries)
+}
+
+/// The entries a sketch for `entries` entries halves as if it held: `entries`, or the
+/// geometric mean of `entries` and [`REACH`] when that is more (see [`period`]).
+fn reach(entries: usize) -> usize {
     let mean = (entries as f64 * REACH as f64).sqrt() as usize;
-    PERIOD_PER_ENTRY * entries.max(mean)
+    entries.max(mean)
+}
+
+/// The most increments a counter takes in one period on average, for the width (see
+/// [`words`]).
+const LOAD: usize = 5;
+
+/// The words of a sketch for `entries` entries: two per entry (32 counters), and more when
+/// the period is long enough that two per entry would put over [`LOAD`] of its increments
+/// on each counter (four counters per addition, so `4 × period / (16 × words)` a counter).
+///
+/// A cache of at least [`REACH`] entries loads each counter with 1.25 increments a period.
+/// A small cache's longer period loaded them far more at two words per entry (17 at 47
+/// entries), so the four counters of a rare key were mostly other keys' counts and the
+/// frequent keys' sat at the maximum together: the duel compared noise. Widened to five a
+/// counter (only caches under 1,024 entries grow; at 47 entries from 1 to 4 KiB), the
+/// workload matrix's caches under 1,024 entries gained 0.2 to 1.0 points (OLTP at 0.25% of
+/// its keys 32.8 → 33.8); widened to 1.25, as large caches are, P3 at 0.1% fell below LRU
+/// (`docs/EXPERIMENTS.md`).
+fn words(entries: usize) -> usize {
+    let by_load = 4 * period(entries) / (16 * LOAD);
+    (2 * entries).max(by_load).next_power_of_two()
 }
 
 impl Sketch {
     /// A sketch for a cache of about `entries` entries: two words (32 counters) per entry,
-    /// halved every [`period`] additions. With one word per entry (Caffeine's sizing),
-    /// collisions cost P3 up to 0.4 points of hit ratio (`docs/DESIGN.md`). Under loom, four
-    /// words.
+    /// more for a small cache ([`words`]), halved every [`period`] additions. With one word
+    /// per entry (Caffeine's sizing), collisions cost P3 up to 0.4 points of hit ratio
+    /// (`docs/DESIGN.md`). Under loom, four words.
     pub(crate) fn new(entries: usize) -> Self {
         let entries = entries.clamp(16, 1 << 24);
         let words = if cfg!(runcache_loom) {
             4
         } else {
-            (2 * entries).next_power_of_two()
+            words(entries)
         };
         Self {
             words: (0..words).map(|_| AtomicU64::new(0)).collect(),
@@ -215,6 +242,40 @@ mod tests {
         assert_eq!(period(1 << 20), 10 << 20);
         for entries in [16, 100, 763, 5000, REACH - 1, REACH + 1, 1 << 22] {
             assert!(period(entries) >= 10 * entries, "{entries}");
+        }
+    }
+
+    #[test]
+    fn small_sketches_widen_so_no_counter_takes_over_five_increments_a_period() {
+        // Two words an entry where that keeps the load under five: every cache from 1,024 up.
+        assert_eq!(words(REACH), 2 * REACH);
+        assert_eq!(words(1 << 20), 2 << 20);
+        assert_eq!(words(1024), 2048);
+        assert_eq!(words(763), 2048, "4 × 35,360 / 80 = 1,768 words");
+        // Below, the width follows the period: 47 entries halve every 8,770 additions.
+        assert_eq!(words(47), 512, "4 × 8,770 / 80 = 438 words, not 128");
+        for entries in [
+            16,
+            47,
+            100,
+            763,
+            1023,
+            1024,
+            5000,
+            REACH - 1,
+            REACH,
+            1 << 22,
+        ] {
+            let counters = 16 * words(entries);
+            let load = (4 * period(entries)) as f64 / counters as f64;
+            assert!(
+                load <= LOAD as f64,
+                "{entries} entries: {load} increments a counter"
+            );
+            assert!(
+                words(entries) >= 2 * entries,
+                "{entries}: two words an entry at least"
+            );
         }
     }
 }
