@@ -664,7 +664,10 @@ impl<T: Queued> S3Fifo<T> {
     ///   main queue's proven entries with newcomers (see `docs/DESIGN.md`).
     /// - While the main queue has room under `main_capacity`, any other leaver moves there.
     /// - An entry hit at least `PROMOTE_HITS` times in the small queue moves to the main
-    ///   queue whatever it holds (recency: it proved itself within one window).
+    ///   queue whatever it holds (recency: it proved itself within one window), and so does
+    ///   one the ghost remembered and that was hit in the small queue: it came back after
+    ///   its eviction and again within the window, three accesses in a few capacities'
+    ///   worth of evictions.
     /// - Otherwise the TinyLFU duel: the leaver takes the main queue's victim's place only if
     ///   the sketch estimates it more frequent; a tie keeps the incumbent, which stays at the
     ///   head of the main queue for the next duel.
@@ -677,7 +680,10 @@ impl<T: Queued> S3Fifo<T> {
         if c.meta().freq() == 0 && (!room || limit.estimate(c.hash()) < 2) {
             return Some(self.evict_small(c, limit));
         }
-        if room || hits >= PROMOTE_HITS {
+        // A remembered entry started at frequency 1 and gains one per hit, so its frequency
+        // stays above its hits (up to `MAX_FREQ`, beyond which `PROMOTE_HITS` decides).
+        let returned_and_hit = hits >= 1 && c.meta().freq() > hits;
+        if room || hits >= PROMOTE_HITS || returned_and_hit {
             self.move_to_main(c);
             return None;
         }

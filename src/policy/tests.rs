@@ -183,6 +183,29 @@ fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
 }
 
 #[test]
+fn a_remembered_leaver_hit_in_the_small_queue_skips_the_duel_and_one_hit_alone_does_not() {
+    let p = full(0..9, 0..0);
+    p.record(0, 10);
+    p.record(1, 10);
+    // 101 comes back after an eviction (the ghost remembers it) and is hit once; 102 is
+    // new and hit once. Both have far fewer accesses in the sketch than victims 0 and 1.
+    // (The ghost keeps a hash's high bits, so 102's differ from 101's.)
+    let (back, new) = (entry(101), entry(102 << 32 | 102));
+    p.memory.get().unwrap().remember(back.hash);
+    admit(&p, back.clone(), true, 1);
+    admit(&p, new.clone(), true, 1);
+    assert_eq!(back.meta.freq(), 1, "the ghost remembered 101");
+    assert_eq!(new.meta.freq(), 0, "and not 102");
+    back.meta.touch();
+    new.meta.touch();
+    // 101 moves to the main queue without a duel, and victim 0 is evicted for it...
+    assert_eq!(p.victim(10).unwrap().hash, 0);
+    // ...while 102 duels victim 1 and loses.
+    assert_eq!(p.victim(10).unwrap().hash, new.hash);
+    assert_eq!(p.front.len(), 1, "the incumbent keeps the head");
+}
+
+#[test]
 fn frequency_saturates_and_main_queue_gives_second_chances() {
     let p = evicted(64);
     let e = entry(7);
