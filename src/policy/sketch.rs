@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(words(REACH), 2 * REACH);
         assert_eq!(words(1 << 20), 2 << 20);
         assert_eq!(words(1024), 2048);
-        assert_eq!(words(763), 2048, "4 × 35,360 / 80 = 1,768 words");
+        assert_eq!(words(763), 2048, "4 × 35,350 / 80 = 1,767 words");
         // Below, the width follows the period: 47 entries halve every 8,770 additions.
         assert_eq!(words(47), 512, "4 × 8,770 / 80 = 438 words, not 128");
         for entries in [
