@@ -66,14 +66,8 @@ const REACH: usize = 1 << 14;
 /// to 1% of its keys and costs OLTP, whose small caches live on recency, 0.3 to 0.9 points
 /// at 0.1% and 0.25%; both stay above LRU and the peers (`docs/DESIGN.md`).
 fn period(entries: usize) -> usize {
-    PERIOD_PER_ENTRY * reach(entries)
-}
-
-/// The entries a sketch for `entries` entries halves as if it held: `entries`, or the
-/// geometric mean of `entries` and [`REACH`] when that is more (see [`period`]).
-fn reach(entries: usize) -> usize {
     let mean = (entries as f64 * REACH as f64).sqrt() as usize;
-    entries.max(mean)
+    PERIOD_PER_ENTRY * entries.max(mean)
 }
 
 /// The most increments a counter takes in one period on average, for the width (see
