@@ -122,10 +122,9 @@ struct Last {
 impl Last {
     /// Remembers `local`, which stays in this thread's `locals`.
     fn set(&self, local: &Local) {
-        // SAFETY: (E3, E4) `last` is only touched by its own thread, which holds `local`'s
-        // registration, and no reference into `handle` lives across calls (readers copy it
-        // out first). The old copy is overwritten without a drop, as every copy must be (see
-        // `handle`).
+        // SAFETY: (E3, E4) only its own thread, holding `local`'s registration, touches
+        // `last`, and no reference into `handle` lives across calls (readers copy it out);
+        // the old copy is overwritten without a drop, as every copy must be (see `handle`).
         unsafe { (*self.handle.get()).write(std::ptr::read(local.reg.handle())) };
         self.stats.set(local.reg.stats);
         self.reg.set(Arc::as_ptr(&local.reg));

@@ -91,10 +91,9 @@ impl Registration {
     /// # Safety
     /// As above; no guard of the handle is alive.
     pub(super) unsafe fn finish_release(&self) {
-        // SAFETY: (E4) the releaser owns the handle now; it is initialized (`HELD` until the
-        // claim) and dropped once, here. Its guards are gone, so dropping it finalizes the
-        // participant: its bag goes to the collector's queue and its collector reference is
-        // released.
+        // SAFETY: (E4) the releaser owns the handle, initialized (`HELD` until the claim),
+        // and drops it once, here, with no guard alive: the participant is finalized (its
+        // bag goes to the collector's queue, its collector reference is released).
         unsafe { (*self.handle.get()).assume_init_drop() };
         // Release: pairs with the Acquire in `hold` and `releaser`, publishing the
         // finalization and the batch's hand-over.
