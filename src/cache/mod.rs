@@ -480,6 +480,21 @@ where
         }
     }
 
+    /// The share of the capacity that the eviction policy gives its admission (small) queue
+    /// now, between 0.01 and 0.4; `None` for a cache that rejects entries when full
+    /// ([`WhenFull::Reject`]). The policy adapts it to the hit rate as the cache runs (see
+    /// `docs/DESIGN.md`, "Eviction"); it is read here as a hint, for monitoring.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u64, u64>::builder().capacity(100).build()?;
+    /// let share = cache.admission_share().expect("an evicting cache has a policy");
+    /// assert!((0.01..=0.4).contains(&share));
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn admission_share(&self) -> Option<f64> {
+        self.raw.small_share()
+    }
+
     /// The number of shards.
     pub fn shards(&self) -> usize {
         self.raw.shard_count()

@@ -3,7 +3,7 @@
 //! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO for
 //! entries that proved themselves, and a ghost record of evicted hashes. The small queue's
 //! share of the capacity adapts to the workload: a hill climber on the cache's hit rate moves
-//! it between 1% and 80%, starting at 10% (`climb.rs`, **P3**), as Caffeine sizes its
+//! it between 1% and 40%, starting at 10% (`climb.rs`, **P3**), as Caffeine sizes its
 //! window.
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
 //! is full, whether a newcomer deserves the place of the main queue's victim.
@@ -47,6 +47,11 @@
 //! outnumber the live ones.
 //! `docs/DESIGN.md` has the measurements behind each rule.
 //!
+//! The files: this one holds the queues and their moves; `meta.rs` the entry's own state
+//! (its frequency byte, its claim and its cold stage); `memory.rs` the sketch and the ghost,
+//! and an eviction pass's view of them; `sketch.rs` the count-min sketch; `climb.rs` the
+//! small queue's adaptive share and the aging watch.
+//!
 //! # Invariants of the queues
 //!
 //! - **P1 (one claim).** An entry is queued at most once in its life, by the one caller
@@ -83,300 +88,47 @@
 //!   or spares, the idle entries of one pass; a decay halves four counters with the sketch's
 //!   own load and store, so like an addition it can be lost to a racing update but never
 //!   takes a counter out of 0..=15.
+//! - **P6 (cold order).** Entries admitted while the cache was under half full reach the
+//!   queues through the engine's sweep, which walks its tables in hash order, an order the
+//!   hasher's seed decides. Each such admission records its *stage*, how full the cache was
+//!   ([`STAGES`] stages of the half), and the sweep's entries wait in one staging queue per
+//!   stage; the small queue's evictions take them, lowest stage first, before its own
+//!   entries (all admitted later). So the cold entries leave in the order they came, to a
+//!   stage's width: on the suite's small LIRS traces, where that order decided the most,
+//!   the widest spread of a cell's hit ratio over five seeds fell from 1.55 to 0.7 points.
+//!   Staged entries count in the small queue's weight; the staging queues are allocated by
+//!   the sweep's first enlistment ([`SetOnce`]), and an enlister that finds them not yet
+//!   published queues its entry in the small queue, which only orders it less well.
 
 #![forbid(unsafe_code)]
 
 mod climb;
+mod memory;
+mod meta;
 mod sketch;
 
-use crate::sync::{
-    AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, Queue, SetOnce,
-};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Queue, SetOnce};
 use climb::Climber;
-use sketch::Sketch;
-use std::cell::Cell;
+use memory::{Memory, PassLimit, MAX_ENTRIES};
+pub(crate) use meta::{tick, EntryMeta, Queued};
+use meta::{ADMITS, EVICTS, UNRECORDED};
 
-/// The highest frequency an entry records.
-const MAX_FREQ: u8 = 3;
-/// The most hits an entry counts between two visits of the policy (4 bits).
-const MAX_HITS: u8 = 15;
-/// The meta byte of an entry whose frequency and hit count are both at their maxima.
-const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
-/// The meta bit of an entry admitted while the cache was under half full, whose admission
-/// the sketch has not recorded yet: the policy's first visit records it with the hits.
-const UNRECORDED: u8 = 1 << 6;
 /// Queue entries one compaction step looks at (two under loom, so the models reach rounds
 /// of several steps).
 const COMPACT_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };
 /// Hits in the small queue that move an entry to the main queue without a duel.
 const PROMOTE_HITS: u8 = 2;
+/// The stages of a cold cache's filling that order its entries when the sweep enlists them
+/// (**P6**): each is 1/32 of the capacity.
+pub(crate) const STAGES: usize = 16;
 
-/// Ghost slots per expected entry. The ghost remembers about that many capacities' worth of
-/// recent evictions: a remembered newcomer starts at frequency 1 and may duel for the main
-/// queue. Against one slot per entry rounded up to a power of two (the sizing before), one
-/// thread (`docs/DESIGN.md`): P3 gains 0.1 to 0.8 points from 0.25% of its keys up, OLTP 0.1
-/// to 0.2; P3 at 0.1% stays at LRU's level (0.93, LRU 0.94; above it since the sketch's
-/// longer period for small caches, see `sketch.rs`), where longer ghosts lose (eight slots:
-/// 0.87).
-const GHOST_PER_ENTRY: usize = 3;
-
-/// What the ghost keeps of an evicted hash: the 32 bits that its slot index (from the low 32
-/// bits) does not use, never 0 (an empty slot). Half the size of the whole hash; a wrong
-/// match costs a misplaced entry, once in 2^31 lookups of a slot.
-fn fingerprint(hash: u64) -> u32 {
-    (hash >> 32) as u32 | 1
-}
-
-/// Per-entry policy state, kept in the table's node.
-#[derive(Debug)]
-pub(crate) struct EntryMeta {
-    /// Bits 0–1: the CLOCK frequency (0..=`MAX_FREQ`); bits 2–5: hits since the policy last
-    /// visited the entry (0..=`MAX_HITS`), which the visit adds to the sketch; bit 6:
-    /// [`UNRECORDED`].
-    freq: AtomicU8,
-    /// Whether the entry was ever queued (**P1**): set once, by the one caller whose swap
-    /// turns it on, which then queues the entry. A byte of its own: `touch` writes `freq`
-    /// with a plain store, which could lose a bit set beside it.
-    queued: AtomicBool,
-}
-
-impl EntryMeta {
-    pub(crate) fn new() -> Self {
-        Self {
-            freq: AtomicU8::new(0),
-            queued: AtomicBool::new(false),
-        }
-    }
-
-    /// Claims the right to queue the entry: `true` for the first caller only (**P1**).
-    pub(crate) fn claim(&self) -> bool {
-        // Relaxed: only the swap's atomicity matters (one claimer); the queue's own push
-        // publishes the entry to whoever pops it.
-        !self.queued.swap(true, Ordering::Relaxed)
-    }
-
-    /// Whether the entry was ever queued (for `validate`).
-    pub(crate) fn is_claimed(&self) -> bool {
-        // Relaxed: read in a quiet cache.
-        self.queued.load(Ordering::Relaxed)
-    }
-
-    /// Records a hit: raises the frequency and the hit count unless both are at their
-    /// maxima, so a hot entry's hits write nothing until the policy next visits it.
-    #[inline]
-    pub(crate) fn touch(&self) {
-        // Relaxed: a frequency hint; a lost update (a hit racing the evictor's `fetch_and`,
-        // say) only costs precision.
-        let b = self.freq.load(Ordering::Relaxed);
-        if b & !UNRECORDED == SATURATED {
-            return;
-        }
-        let (f, h) = (b & 3, b >> 2 & MAX_HITS);
-        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2 | b & UNRECORDED;
-        if next != b {
-            self.freq.store(next, Ordering::Relaxed);
-        }
-    }
-
-    fn freq(&self) -> u8 {
-        // Relaxed: see `touch`.
-        self.freq.load(Ordering::Relaxed) & 3
-    }
-
-    fn set_freq(&self, f: u8) {
-        // Relaxed: see `touch`. Keeps the hit count.
-        let _ = self
-            .freq
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b & !3 | f));
-    }
-
-    /// Takes the hits counted since the last visit: returns them, and the accesses the sketch
-    /// has not recorded yet (the hits, plus the admission of an entry admitted cold).
-    fn take_hits(&self) -> (u8, u64) {
-        // Relaxed: see `touch`.
-        let b = self.freq.fetch_and(3, Ordering::Relaxed);
-        let hits = b >> 2 & MAX_HITS;
-        (hits, u64::from(hits) + u64::from(b & UNRECORDED != 0))
-    }
-}
-
-crate::sync::local_key! {
-    /// The calling thread's admissions, modulo the compaction check's pace.
-    static ADMITS: Cell<u32> = Cell::new(0);
-}
-
-crate::sync::local_key! {
-    /// The calling thread's evictions, modulo the climber's pace (see `S3Fifo::adapt_due`).
-    static EVICTS: Cell<u32> = Cell::new(0);
-}
-
-/// Counts one event on the calling thread's `counter`; `true` once every `every` events.
-/// Pacing per thread keeps a shared counter's read-modify-write off every miss; a thread that
-/// cannot read its counter (during teardown) always says `true`, which only checks sooner.
-pub(crate) fn tick(counter: &'static crate::sync::LocalKey<Cell<u32>>, every: u32) -> bool {
-    counter
-        .try_with(|c| {
-            let n = c.get() + 1;
-            let due = n >= every;
-            c.set(if due { 0 } else { n });
-            due
-        })
-        .unwrap_or(true)
-}
-
-/// What the policy needs to know about a queued entry.
-pub(crate) trait Queued {
-    fn meta(&self) -> &EntryMeta;
-    /// The entry's weight, fixed before it was admitted (the queues' totals count it).
-    fn weight(&self) -> u64;
-    /// The entry's hash (for the ghost).
-    fn hash(&self) -> u64;
-    /// Whether the entry still holds a cached value.
-    fn is_cached(&self) -> bool;
-    /// The entry's identity (its address), for [`S3Fifo::validate`].
-    fn id(&self) -> usize;
-}
-
-/// How many entries one pass of [`S3Fifo::victim`] (and each main-queue search in it) may
-/// look at. Every entry can be passed over at most `MAX_FREQ + 1` times before it is evicted,
-/// so the limit only stops a pass that other threads keep refilling: four times the queued
-/// entries, plus 16. Counting the queues reads their shared ends, so it is counted only once
-/// a pass has taken 16 steps, which few do.
-struct PassLimit<'a, T> {
-    queues: &'a S3Fifo<T>,
-    counted: Cell<Option<usize>>,
-    /// The sketch and the ghost, read once per pass (**P4**).
-    memory: Option<&'a Memory>,
-    /// Whether the main queue's idle entries lose sketch counts in this pass (**P5**), read
-    /// once per pass.
-    aging: bool,
-    /// Main-queue entries this pass visited, and how many of them were idle: handed to the
-    /// climber once, when the pass ends.
-    visits: Cell<u32>,
-    idle: Cell<u32>,
-}
-
-impl<'a, T: Queued> PassLimit<'a, T> {
-    /// The steps every pass may take without counting.
-    const FREE: usize = 16;
-
-    fn new(queues: &'a S3Fifo<T>) -> Self {
-        Self {
-            queues,
-            counted: Cell::new(None),
-            memory: queues.memory.get(),
-            aging: queues.climber.aging(),
-            visits: Cell::new(0),
-            idle: Cell::new(0),
-        }
-    }
-
-    /// Counts the visit of a main-queue entry that had `hits` hits since the last one, and
-    /// ages it if it had none while aging is on (**P5**).
-    fn visit(&self, hash: u64, hits: u8) {
-        self.visits.set(self.visits.get().saturating_add(1));
-        if hits > 0 {
-            return;
-        }
-        self.idle.set(self.idle.get().saturating_add(1));
-        if self.aging {
-            if let Some(m) = self.memory {
-                m.sketch.decay(hash);
-            }
-        }
-    }
-
-    /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
-    fn record(&self, hash: u64, n: u64) {
-        if let Some(m) = self.memory {
-            m.sketch.add(hash, n);
-        }
-    }
-
-    /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
-    fn estimate(&self, hash: u64) -> u64 {
-        self.memory.map_or(0, |m| m.sketch.estimate(hash))
-    }
-
-    /// Remembers an evicted hash in the ghost, once there is one.
-    fn remember(&self, hash: u64) {
-        if let Some(m) = self.memory {
-            m.remember(hash);
-        }
-    }
-
-    /// Whether a pass that has taken `steps` steps may take another.
-    #[inline]
-    fn allows(&self, steps: usize) -> bool {
-        steps < Self::FREE || steps < self.limit()
-    }
-
-    fn limit(&self) -> usize {
-        if let Some(limit) = self.counted.get() {
-            return limit;
-        }
-        let q = self.queues;
-        let limit = 4 * (q.small.len() + q.main.len() + q.front.len()) + Self::FREE;
-        self.counted.set(Some(limit));
-        limit
-    }
-}
-
-impl<T> Drop for PassLimit<'_, T> {
-    fn drop(&mut self) {
-        self.queues
-            .climber
-            .count_visits(self.visits.get(), self.idle.get());
-    }
-}
-
-/// The most entries the sketch and the ghost are sized for (**P4**): 2^24, at 28 to 44 bytes
-/// an entry (448 to 704 MiB).
-const MAX_ENTRIES: u64 = 1 << 24;
-
-/// What the policy remembers beyond the entries it holds: the frequency sketch and the
-/// ghost of evicted hashes, sized once, before the cache's first eviction (**P4**).
-struct Memory {
-    sketch: Sketch,
-    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
-    /// low 32 bits; 0 is an empty slot.
-    ghost: Box<[AtomicU32]>,
-}
-
-impl Memory {
-    /// A sketch and a ghost for a cache of `entries` entries (64 ghost slots under loom).
-    fn new(entries: usize) -> Self {
-        let ghost = if cfg!(runcache_loom) {
-            64
-        } else {
-            GHOST_PER_ENTRY * entries.max(64)
-        };
-        Self {
-            sketch: Sketch::new(entries),
-            ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
-        }
-    }
-
-    /// The ghost slot of `hash`: its low 32 bits scaled to the ghost's length (a multiply
-    /// and a shift, so the length need not be a power of two), independent of the
-    /// fingerprint's high bits.
-    fn ghost_slot(&self, hash: u64) -> &AtomicU32 {
-        let i = (u64::from(hash as u32) * self.ghost.len() as u64) >> 32;
-        &self.ghost[i as usize]
-    }
-
-    /// Whether the ghost remembers `hash` (or a hash that shares its slot and fingerprint).
-    fn remembers(&self, hash: u64) -> bool {
-        // Relaxed: a hint.
-        self.ghost_slot(hash).load(Ordering::Relaxed) == fingerprint(hash)
-    }
-
-    /// Remembers `hash` in the ghost, in place of whatever held its slot.
-    fn remember(&self, hash: u64) {
-        // Relaxed: a hint.
-        self.ghost_slot(hash)
-            .store(fingerprint(hash), Ordering::Relaxed);
-    }
+/// The stage of an admission that found `size` of `capacity` taken (**P6**): which of
+/// [`STAGES`] equal parts of the cache's first half it fell in.
+fn stage(size: u64, capacity: u64) -> u8 {
+    let half = u128::from(capacity / 2) + 1;
+    let stage = (u128::from(size) * STAGES as u128 / half).min(STAGES as u128 - 1);
+    // At most STAGES - 1, so the cast keeps the value.
+    stage as u8
 }
 
 /// The S3-FIFO queues of one cache.
@@ -388,6 +140,11 @@ pub(crate) struct S3Fifo<T> {
     front: Queue<T>,
     /// The sketch and the ghost, sized before the cache's first eviction (**P4**).
     memory: SetOnce<Memory>,
+    /// The sweep's entries by the stage of their admission, until evictions take them
+    /// (**P6**); allocated by the first enlistment.
+    staged: SetOnce<Box<[Queue<T>]>>,
+    /// Entries in the staging queues (a hint for evictors, to skip them when empty).
+    staged_len: AtomicUsize,
     small_weight: AtomicU64,
     main_weight: AtomicU64,
     /// The entries of the small, front and main queues that the compaction round under way
@@ -408,6 +165,8 @@ impl<T: Queued> S3Fifo<T> {
             small: Queue::new(),
             main: Queue::new(),
             front: Queue::new(),
+            staged: SetOnce::new(),
+            staged_len: AtomicUsize::new(0),
             memory: SetOnce::new(),
             small_weight: AtomicU64::new(0),
             main_weight: AtomicU64::new(0),
@@ -496,6 +255,16 @@ impl<T: Queued> S3Fifo<T> {
         meta.claim()
     }
 
+    /// [`admit`](Self::admit)s an entry whose admission found `size` of `capacity` taken:
+    /// warm at half full or more; a cold admission records its stage (**P6**).
+    pub(crate) fn admit_at(&self, meta: &EntryMeta, hash: u64, size: u64, capacity: u64) -> bool {
+        let warm = size >= capacity / 2;
+        if !warm {
+            meta.set_stage(stage(size, capacity));
+        }
+        self.admit(meta, hash, warm)
+    }
+
     /// Sizes the sketch and the ghost before the cache's first eviction (**P4**), for the
     /// entries its capacity holds at the mean weight of those cached then: `held` says how
     /// many, or `None` if the cache cannot tell (then the guess given to [`new`](Self::new)
@@ -528,6 +297,12 @@ impl<T: Queued> S3Fifo<T> {
         self.climber.observe(hits, accesses);
     }
 
+    /// The small queue's share of the capacity now, in [0, 1] (**P3**): a hint, as the
+    /// evictors read it.
+    pub(crate) fn small_share(&self) -> f64 {
+        f64::from(self.climber.share()) / f64::from(1u32 << 16)
+    }
+
     /// Whether this eviction should hand the climber the counts: once every 16 of the calling
     /// thread's evictions, so that summing the per-thread statistics stays off most of them.
     pub(crate) fn adapt_due(&self) -> bool {
@@ -546,7 +321,7 @@ impl<T: Queued> S3Fifo<T> {
     /// a hint for the engine's one whole walk, not a count.
     pub(crate) fn short_of(&self, size: u64) -> bool {
         // Relaxed: queue-size hints.
-        self.small.is_empty()
+        self.small_is_empty()
             || self
                 .small_weight
                 .load(Ordering::Relaxed)
@@ -562,8 +337,44 @@ impl<T: Queued> S3Fifo<T> {
         if !meta.claim() {
             return false;
         }
-        push(&self.small, &self.small_weight, entry());
+        if self.staged.get().is_none() && self.staged.claim() {
+            self.staged
+                .publish((0..STAGES).map(|_| Queue::new()).collect());
+        }
+        match self.staged.get() {
+            Some(staged) => {
+                let queue = &staged[meta.stage().min(STAGES - 1)];
+                push(queue, &self.small_weight, entry());
+                // Relaxed: a hint; an evictor that reads it late pops the small queue first,
+                // which only orders one entry less well.
+                self.staged_len.fetch_add(1, Ordering::Relaxed);
+            }
+            // The staging queues are on their way (another thread allocates them): the small
+            // queue keeps the entry, a little out of order (P6).
+            None => push(&self.small, &self.small_weight, entry()),
+        }
         true
+    }
+
+    /// Pops the next entry to leave the small queue: the sweep's entries first, lowest stage
+    /// first, then the small queue's own (**P6**).
+    fn pop_small(&self) -> Option<T> {
+        // Relaxed: see `enlist`.
+        if self.staged_len.load(Ordering::Relaxed) > 0 {
+            if let Some(staged) = self.staged.get() {
+                if let Some(e) = staged.iter().find_map(Queue::pop) {
+                    self.staged_len.fetch_sub(1, Ordering::Relaxed);
+                    return Some(e);
+                }
+            }
+        }
+        self.small.pop()
+    }
+
+    /// Whether the small queue and the staging queues are empty (**P6**).
+    fn small_is_empty(&self) -> bool {
+        // Relaxed: see `enlist`.
+        self.small.is_empty() && self.staged_len.load(Ordering::Relaxed) == 0
     }
 
     /// Pops the main queue's next victim: the first live entry at frequency zero, giving the
@@ -633,7 +444,7 @@ impl<T: Queued> S3Fifo<T> {
             if !main_over || (self.main.is_empty() && self.front.is_empty()) {
                 // The leaver's weight stays in the small queue's total until `leave_small`
                 // decides where it goes, as `main_victim` explains for the main queue.
-                if let Some(c) = self.small.pop() {
+                if let Some(c) = self.pop_small() {
                     if !c.is_cached() {
                         uncount(&self.small_weight, &c);
                         continue;
@@ -646,7 +457,7 @@ impl<T: Queued> S3Fifo<T> {
             }
             match self.main_victim(&limit) {
                 Some(e) => return Some(self.evict_main(e, &limit)),
-                None if self.small.is_empty() => return None,
+                None if self.small_is_empty() => return None,
                 None => {}
             }
         }
@@ -783,8 +594,10 @@ impl<T: Queued> S3Fifo<T> {
         let mut seen = std::collections::HashSet::new();
         let mut live = Vec::new();
         // The main queue's head (`front`) and body share one weight total.
+        let mut small = vec![&self.small];
+        small.extend(self.staged.get().into_iter().flat_map(|s| s.iter()));
         for (name, queues, total) in [
-            ("small", &[&self.small][..], &self.small_weight),
+            ("small", &small[..], &self.small_weight),
             ("main", &[&self.front, &self.main][..], &self.main_weight),
         ] {
             let mut sum = 0u64;
@@ -833,7 +646,11 @@ impl<T: Queued> S3Fifo<T> {
     /// Entries in the queues (live or waiting to be skipped).
     #[cfg(test)]
     pub(crate) fn queued(&self) -> usize {
-        self.small.len() + self.main.len() + self.front.len()
+        let staged: usize = self
+            .staged
+            .get()
+            .map_or(0, |s| s.iter().map(Queue::len).sum());
+        self.small.len() + staged + self.main.len() + self.front.len()
     }
 }
 

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::meta::MAX_FREQ;
 use super::*;
 // A std atomic on purpose: the tests run only outside the loom models.
 use std::sync::atomic::AtomicBool as StdBool;
@@ -406,4 +407,51 @@ fn idle_main_entries_lose_their_sketch_counts_only_while_aging() {
         );
         drop(v);
     }
+}
+
+#[test]
+fn entries_admitted_cold_leave_in_the_order_they_came_whatever_the_sweep_met_first() {
+    // Capacity 64: ten cold admissions at sizes 1..=10 of it, stages 0..=4 (P6). The sweep
+    // meets them in "table order" (here: reversed); a warm admission comes meanwhile.
+    let p = evicted(64);
+    let cold: Vec<Arc<Entry>> = (1..=10u64).map(entry).collect();
+    for (size, e) in (1..=10u64).zip(&cold) {
+        assert!(!p.admit_at(&e.meta, e.hash, size, 64), "cold: not queued");
+    }
+    assert_eq!(cold[0].meta.stage(), 0);
+    assert_eq!(cold[9].meta.stage(), stage(10, 64) as usize);
+    assert!(cold[9].meta.stage() > cold[0].meta.stage());
+    let warm = entry(99);
+    assert!(p.admit_at(&warm.meta, warm.hash, 32, 64), "warm: queued");
+    p.enqueue(warm.clone(), || 11);
+    for e in cold.iter().rev() {
+        assert!(p.enlist(&e.meta, || e.clone()));
+        assert!(!p.enlist(&e.meta, || e.clone()), "claimed once (P1)");
+    }
+    assert_eq!(p.queued(), 11);
+    p.validate()
+        .expect("the staged entries count in the small queue's weight");
+    // Capacity 1: every victim comes from the small side; the cold entries leave by stage
+    // (within a stage, in the sweep's order), then the warm one.
+    let order: Vec<u64> = std::iter::from_fn(|| p.victim(1).map(|e| e.hash)).collect();
+    let stages: Vec<usize> = order[..10]
+        .iter()
+        .map(|h| cold[*h as usize - 1].meta.stage())
+        .collect();
+    assert!(
+        stages.windows(2).all(|w| w[0] <= w[1]),
+        "{order:?} {stages:?}"
+    );
+    assert_eq!(order[10], 99, "{order:?}");
+    assert!(p.small_is_empty());
+}
+
+#[test]
+fn the_stage_of_a_cold_admission_stays_within_the_stages() {
+    assert_eq!(stage(0, 0), 0);
+    assert_eq!(stage(0, 1), 0);
+    assert_eq!(stage(u64::MAX, u64::MAX), STAGES as u8 - 1);
+    assert_eq!(stage(u64::MAX, 2), STAGES as u8 - 1);
+    assert_eq!(stage(31, 64), STAGES as u8 - 1);
+    assert_eq!(stage(16, 64), 7);
 }

@@ -213,7 +213,7 @@ where
         let policy = self.policy.as_ref()?;
         let (size, capacity) = self.budget.snapshot();
         policy
-            .admit(node.meta(), node.hash, size >= capacity / 2)
+            .admit_at(node.meta(), node.hash, size, capacity)
             .then_some(policy)
     }
 

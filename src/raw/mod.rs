@@ -420,6 +420,10 @@ where
         self.domain.stats.sum(c)
     }
 
+    pub(crate) fn small_share(&self) -> Option<f64> {
+        self.policy.as_ref().map(S3Fifo::small_share)
+    }
+
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }

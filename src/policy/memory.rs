@@ -1,0 +1,166 @@
+//! What the policy remembers beyond the entries it holds (the frequency sketch and the ghost
+//! of evicted hashes, **P4**), and one eviction pass's view of it ([`PassLimit`]).
+
+use super::meta::Queued;
+use super::sketch::Sketch;
+use super::S3Fifo;
+use crate::sync::{AtomicU32, Ordering};
+use std::cell::Cell;
+
+/// Ghost slots per expected entry. The ghost remembers about that many capacities' worth of
+/// recent evictions: a remembered newcomer starts at frequency 1 and may duel for the main
+/// queue. Against one slot per entry rounded up to a power of two (the sizing before), one
+/// thread (`docs/DESIGN.md`): P3 gains 0.1 to 0.8 points from 0.25% of its keys up, OLTP 0.1
+/// to 0.2; P3 at 0.1% stays at LRU's level (0.93, LRU 0.94; above it since the sketch's
+/// longer period for small caches, see `sketch.rs`), where longer ghosts lose (eight slots:
+/// 0.87).
+const GHOST_PER_ENTRY: usize = 3;
+
+/// What the ghost keeps of an evicted hash: the 32 bits that its slot index (from the low 32
+/// bits) does not use, never 0 (an empty slot). Half the size of the whole hash; a wrong
+/// match costs a misplaced entry, once in 2^31 lookups of a slot.
+fn fingerprint(hash: u64) -> u32 {
+    (hash >> 32) as u32 | 1
+}
+
+/// How many entries one pass of [`S3Fifo::victim`] (and each main-queue search in it) may
+/// look at. Every entry can be passed over at most `MAX_FREQ + 1` times before it is evicted,
+/// so the limit only stops a pass that other threads keep refilling: four times the queued
+/// entries, plus 16. Counting the queues reads their shared ends, so it is counted only once
+/// a pass has taken 16 steps, which few do.
+pub(super) struct PassLimit<'a, T> {
+    queues: &'a S3Fifo<T>,
+    counted: Cell<Option<usize>>,
+    /// The sketch and the ghost, read once per pass (**P4**).
+    pub(super) memory: Option<&'a Memory>,
+    /// Whether the main queue's idle entries lose sketch counts in this pass (**P5**), read
+    /// once per pass.
+    aging: bool,
+    /// Main-queue entries this pass visited, and how many of them were idle: handed to the
+    /// climber once, when the pass ends.
+    visits: Cell<u32>,
+    idle: Cell<u32>,
+}
+
+impl<'a, T: Queued> PassLimit<'a, T> {
+    /// The steps every pass may take without counting.
+    const FREE: usize = 16;
+
+    pub(super) fn new(queues: &'a S3Fifo<T>) -> Self {
+        Self {
+            queues,
+            counted: Cell::new(None),
+            memory: queues.memory.get(),
+            aging: queues.climber.aging(),
+            visits: Cell::new(0),
+            idle: Cell::new(0),
+        }
+    }
+
+    /// Counts the visit of a main-queue entry that had `hits` hits since the last one, and
+    /// ages it if it had none while aging is on (**P5**).
+    pub(super) fn visit(&self, hash: u64, hits: u8) {
+        self.visits.set(self.visits.get().saturating_add(1));
+        if hits > 0 {
+            return;
+        }
+        self.idle.set(self.idle.get().saturating_add(1));
+        if self.aging {
+            if let Some(m) = self.memory {
+                m.sketch.decay(hash);
+            }
+        }
+    }
+
+    /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
+    pub(super) fn record(&self, hash: u64, n: u64) {
+        if let Some(m) = self.memory {
+            m.sketch.add(hash, n);
+        }
+    }
+
+    /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
+    pub(super) fn estimate(&self, hash: u64) -> u64 {
+        self.memory.map_or(0, |m| m.sketch.estimate(hash))
+    }
+
+    /// Remembers an evicted hash in the ghost, once there is one.
+    pub(super) fn remember(&self, hash: u64) {
+        if let Some(m) = self.memory {
+            m.remember(hash);
+        }
+    }
+
+    /// Whether a pass that has taken `steps` steps may take another.
+    #[inline]
+    pub(super) fn allows(&self, steps: usize) -> bool {
+        steps < Self::FREE || steps < self.limit()
+    }
+
+    fn limit(&self) -> usize {
+        if let Some(limit) = self.counted.get() {
+            return limit;
+        }
+        let q = self.queues;
+        let limit = 4 * (q.small.len() + q.main.len() + q.front.len()) + Self::FREE;
+        self.counted.set(Some(limit));
+        limit
+    }
+}
+
+impl<T> Drop for PassLimit<'_, T> {
+    fn drop(&mut self) {
+        self.queues
+            .climber
+            .count_visits(self.visits.get(), self.idle.get());
+    }
+}
+
+/// The most entries the sketch and the ghost are sized for (**P4**): 2^24, at 28 to 44 bytes
+/// an entry (448 to 704 MiB).
+pub(super) const MAX_ENTRIES: u64 = 1 << 24;
+
+/// What the policy remembers beyond the entries it holds: the frequency sketch and the
+/// ghost of evicted hashes, sized once, before the cache's first eviction (**P4**).
+pub(super) struct Memory {
+    pub(super) sketch: Sketch,
+    /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
+    /// low 32 bits; 0 is an empty slot.
+    ghost: Box<[AtomicU32]>,
+}
+
+impl Memory {
+    /// A sketch and a ghost for a cache of `entries` entries (64 ghost slots under loom).
+    pub(super) fn new(entries: usize) -> Self {
+        let ghost = if cfg!(runcache_loom) {
+            64
+        } else {
+            GHOST_PER_ENTRY * entries.max(64)
+        };
+        Self {
+            sketch: Sketch::new(entries),
+            ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// The ghost slot of `hash`: its low 32 bits scaled to the ghost's length (a multiply
+    /// and a shift, so the length need not be a power of two), independent of the
+    /// fingerprint's high bits.
+    fn ghost_slot(&self, hash: u64) -> &AtomicU32 {
+        let i = (u64::from(hash as u32) * self.ghost.len() as u64) >> 32;
+        &self.ghost[i as usize]
+    }
+
+    /// Whether the ghost remembers `hash` (or a hash that shares its slot and fingerprint).
+    pub(super) fn remembers(&self, hash: u64) -> bool {
+        // Relaxed: a hint.
+        self.ghost_slot(hash).load(Ordering::Relaxed) == fingerprint(hash)
+    }
+
+    /// Remembers `hash` in the ghost, in place of whatever held its slot.
+    pub(super) fn remember(&self, hash: u64) {
+        // Relaxed: a hint.
+        self.ghost_slot(hash)
+            .store(fingerprint(hash), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,144 @@
+//! The policy's state in each entry (a byte of frequency and hit count, and the queued
+//! flag, **P1**), and what the policy asks of a queued entry.
+
+use crate::sync::{AtomicBool, AtomicU8, Ordering};
+use std::cell::Cell;
+
+/// The highest frequency an entry records.
+pub(super) const MAX_FREQ: u8 = 3;
+/// The most hits an entry counts between two visits of the policy (4 bits).
+pub(super) const MAX_HITS: u8 = 15;
+/// The meta byte of an entry whose frequency and hit count are both at their maxima.
+const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
+/// The meta bit of an entry admitted while the cache was under half full, whose admission
+/// the sketch has not recorded yet: the policy's first visit records it with the hits.
+pub(super) const UNRECORDED: u8 = 1 << 6;
+
+/// Per-entry policy state, kept in the table's node.
+#[derive(Debug)]
+pub(crate) struct EntryMeta {
+    /// Bits 0–1: the CLOCK frequency (0..=`MAX_FREQ`); bits 2–5: hits since the policy last
+    /// visited the entry (0..=`MAX_HITS`), which the visit adds to the sketch; bit 6:
+    /// [`UNRECORDED`].
+    pub(super) freq: AtomicU8,
+    /// Whether the entry was ever queued (**P1**): set once, by the one caller whose swap
+    /// turns it on, which then queues the entry. A byte of its own: `touch` writes `freq`
+    /// with a plain store, which could lose a bit set beside it.
+    queued: AtomicBool,
+    /// For an entry admitted while the cache was under half full: how full it was then, in
+    /// [`STAGES`](super::STAGES) stages of the half (**P6**). The engine's sweep enlists such
+    /// entries in table order, which the hasher's seed decides; the stage puts them back in
+    /// the order they came. Written once, before the entry is published to the queues.
+    stage: AtomicU8,
+}
+
+impl EntryMeta {
+    pub(crate) fn new() -> Self {
+        Self {
+            freq: AtomicU8::new(0),
+            queued: AtomicBool::new(false),
+            stage: AtomicU8::new(0),
+        }
+    }
+
+    /// Records the stage of a cold admission (**P6**).
+    pub(super) fn set_stage(&self, stage: u8) {
+        // Relaxed: written before the entry is published; the queue push that hands the
+        // entry to the sweep's readers orders it.
+        self.stage.store(stage, Ordering::Relaxed);
+    }
+
+    /// The stage of the entry's cold admission (**P6**); 0 for one admitted warm.
+    pub(super) fn stage(&self) -> usize {
+        // Relaxed: see `set_stage`.
+        usize::from(self.stage.load(Ordering::Relaxed))
+    }
+
+    /// Claims the right to queue the entry: `true` for the first caller only (**P1**).
+    pub(crate) fn claim(&self) -> bool {
+        // Relaxed: only the swap's atomicity matters (one claimer); the queue's own push
+        // publishes the entry to whoever pops it.
+        !self.queued.swap(true, Ordering::Relaxed)
+    }
+
+    /// Whether the entry was ever queued (for `validate`).
+    pub(crate) fn is_claimed(&self) -> bool {
+        // Relaxed: read in a quiet cache.
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Records a hit: raises the frequency and the hit count unless both are at their
+    /// maxima, so a hot entry's hits write nothing until the policy next visits it.
+    #[inline]
+    pub(crate) fn touch(&self) {
+        // Relaxed: a frequency hint; a lost update (a hit racing the evictor's `fetch_and`,
+        // say) only costs precision.
+        let b = self.freq.load(Ordering::Relaxed);
+        if b & !UNRECORDED == SATURATED {
+            return;
+        }
+        let (f, h) = (b & 3, b >> 2 & MAX_HITS);
+        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2 | b & UNRECORDED;
+        if next != b {
+            self.freq.store(next, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn freq(&self) -> u8 {
+        // Relaxed: see `touch`.
+        self.freq.load(Ordering::Relaxed) & 3
+    }
+
+    pub(super) fn set_freq(&self, f: u8) {
+        // Relaxed: see `touch`. Keeps the hit count.
+        let _ = self
+            .freq
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b & !3 | f));
+    }
+
+    /// Takes the hits counted since the last visit: returns them, and the accesses the sketch
+    /// has not recorded yet (the hits, plus the admission of an entry admitted cold).
+    pub(super) fn take_hits(&self) -> (u8, u64) {
+        // Relaxed: see `touch`.
+        let b = self.freq.fetch_and(3, Ordering::Relaxed);
+        let hits = b >> 2 & MAX_HITS;
+        (hits, u64::from(hits) + u64::from(b & UNRECORDED != 0))
+    }
+}
+
+crate::sync::local_key! {
+    /// The calling thread's admissions, modulo the compaction check's pace.
+    pub(super) static ADMITS: Cell<u32> = Cell::new(0);
+}
+
+crate::sync::local_key! {
+    /// The calling thread's evictions, modulo the climber's pace (see `S3Fifo::adapt_due`).
+    pub(super) static EVICTS: Cell<u32> = Cell::new(0);
+}
+
+/// Counts one event on the calling thread's `counter`; `true` once every `every` events.
+/// Pacing per thread keeps a shared counter's read-modify-write off every miss; a thread that
+/// cannot read its counter (during teardown) always says `true`, which only checks sooner.
+pub(crate) fn tick(counter: &'static crate::sync::LocalKey<Cell<u32>>, every: u32) -> bool {
+    counter
+        .try_with(|c| {
+            let n = c.get() + 1;
+            let due = n >= every;
+            c.set(if due { 0 } else { n });
+            due
+        })
+        .unwrap_or(true)
+}
+
+/// What the policy needs to know about a queued entry.
+pub(crate) trait Queued {
+    fn meta(&self) -> &EntryMeta;
+    /// The entry's weight, fixed before it was admitted (the queues' totals count it).
+    fn weight(&self) -> u64;
+    /// The entry's hash (for the ghost).
+    fn hash(&self) -> u64;
+    /// Whether the entry still holds a cached value.
+    fn is_cached(&self) -> bool;
+    /// The entry's identity (its address), for [`S3Fifo::validate`].
+    fn id(&self) -> usize;
+}
