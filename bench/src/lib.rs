@@ -8,6 +8,8 @@
 //! get; runcache's own `get` returns an `Arc` too.
 #![allow(dead_code)]
 
+pub mod wtinylfu;
+
 use plotters::prelude::*;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -458,6 +460,13 @@ pub struct Series {
 pub enum XAxis<'a> {
     /// Category labels, spaced evenly (thread counts, capacities).
     Categories(&'a [String]),
+    /// Numbers on a linear scale (accesses into a replay).
+    Linear {
+        /// The x value of each position.
+        values: &'a [f64],
+        /// What the axis measures.
+        label: &'a str,
+    },
     /// Numbers on a logarithmic scale (capacities over several decades).
     Log {
         /// The x value of each position.
@@ -493,6 +502,24 @@ fn legend<'a, CT: CoordTranslate>(
         .border_style(BLACK)
         .draw()
         .map_err(|e| e.to_string())
+}
+
+/// Draws one line per series at the x `values`, with the legend.
+fn lines<'a, CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    values: &[f64],
+    series: &[Series],
+) -> Result<(), String> {
+    for (j, s) in series.iter().enumerate() {
+        let color = COLORS[j % COLORS.len()];
+        let points = values.iter().copied().zip(s.values.iter().copied());
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(s.label.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+    }
+    legend(chart)
 }
 
 /// A line chart as SVG text, drawn with plotters: y from 0 to the largest value (or `y_max`),
@@ -547,6 +574,22 @@ pub fn line_chart(
                 }
                 legend(&mut chart)?;
             }
+            XAxis::Linear { values, label } => {
+                let hi = values.iter().copied().fold(1.0, f64::max);
+                let mut chart = builder
+                    .build_cartesian_2d(0.0..hi, 0.0..top)
+                    .map_err(|e| e.to_string())?;
+                chart
+                    .configure_mesh()
+                    .x_labels(6)
+                    .x_label_formatter(&|v| format!("{v:.0}"))
+                    .light_line_style(WHITE)
+                    .x_desc(label)
+                    .y_desc(y_label)
+                    .draw()
+                    .map_err(|e| e.to_string())?;
+                lines(&mut chart, values, series)?;
+            }
             XAxis::Log { values, label } => {
                 let lo = values.iter().copied().fold(f64::MAX, f64::min).max(1.0);
                 let hi = values.iter().copied().fold(1.0, f64::max).max(lo * 10.0);
@@ -562,16 +605,7 @@ pub fn line_chart(
                     .y_desc(y_label)
                     .draw()
                     .map_err(|e| e.to_string())?;
-                for (j, s) in series.iter().enumerate() {
-                    let color = COLORS[j % COLORS.len()];
-                    let points = values.iter().copied().zip(s.values.iter().copied());
-                    chart
-                        .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                        .map_err(|e| e.to_string())?
-                        .label(s.label.as_str())
-                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-                }
-                legend(&mut chart)?;
+                lines(&mut chart, values, series)?;
             }
         }
         root.present().map_err(|e| e.to_string())?;

@@ -24,6 +24,17 @@
 //!   --threads T,..      thread counts for the concurrent caches (default 1)
 //!   --limit N           replay only the first N accesses of each trace
 //!   --svg-dir DIR       where the plots go (default target/trace)
+//!   --suite             the training suite: every real trace in $RUNCACHE_TRACE_DIR (else
+//!                       ../shared/traces beside the repository) at 1%, 5% and 10% of its
+//!                       unique keys (and 0.1-0.5% when it has over 100,000), the synthetic
+//!                       workloads beside them, runcache under several hasher seeds judged at
+//!                       its worst, a reference W-TinyLFU column, and a summary per family
+//!   --quick             with --suite: a subset for iteration (one or two traces a family,
+//!                       three capacities, three seeds unless --seeds says otherwise)
+//!   --seeds N           with --suite: runcache's hasher seeds per cell (default 5)
+//!   --only NAME,..      with --suite: only these traces or families (names as printed)
+//!   --shares NAME@F     with --suite: replays suite trace NAME at fraction F of its unique
+//!                       keys under each seed and plots the small queue's share over time
 //! ```
 //!
 //! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
@@ -31,299 +42,16 @@
 //! counts as one access, as mokabench counts them. With several thread counts, the threads
 //! share one cache and claim the trace one access at a time, in order.
 
+mod load;
+mod policies;
+mod suite;
+
+use load::*;
+use policies::*;
 use runcache_bench::{line_chart, Series, XAxis};
-use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-type Trace = Vec<u64>;
-
-// ---------------------------------------------------------------------------------------
-// Loading and generating traces
-// ---------------------------------------------------------------------------------------
-
-/// Reads a trace file: `.zst` is decompressed; ARC `.lis` lines become page accesses; any
-/// other file is one key per line (numbers are used as they are, other keys are hashed).
-fn load(path: &Path) -> Result<Trace, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let name = path.to_string_lossy();
-    let reader: Box<dyn Read> = if name.ends_with(".zst") {
-        Box::new(
-            ruzstd::decoding::StreamingDecoder::new(file)
-                .map_err(|e| format!("{}: not a zstd stream: {e}", path.display()))?,
-        )
-    } else {
-        Box::new(file)
-    };
-    let lis = name.ends_with(".lis") || name.ends_with(".lis.zst");
-    parse(BufReader::new(reader), lis).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn parse(reader: impl BufRead, lis: bool) -> Result<Trace, String> {
-    let mut trace = Vec::new();
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| format!("line {}: {e}", n + 1))?;
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if lis {
-            let mut fields = line.split_ascii_whitespace();
-            let mut number = |what: &str| -> Result<u64, String> {
-                fields
-                    .next()
-                    .ok_or_else(|| format!("line {}: missing {what}", n + 1))?
-                    .parse()
-                    .map_err(|_| format!("line {}: {what} is not a number", n + 1))
-            };
-            let start = number("start block")?;
-            let blocks = number("block count")?;
-            trace.extend(start..start.saturating_add(blocks));
-        } else {
-            trace.push(line.parse().unwrap_or_else(|_| {
-                use std::hash::{BuildHasher, BuildHasherDefault};
-                BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-                    .hash_one(line)
-            }));
-        }
-    }
-    Ok(trace)
-}
-
-/// `len` accesses over `keys` keys, Zipf-distributed with exponent `s`.
-fn zipf(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
-    use rand::{Rng, SeedableRng};
-    let dist =
-        rand_distr::Zipf::new(keys as f64, s).map_err(|e| format!("zipf {keys}:{s}: {e}"))?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    Ok((0..len).map(|_| rng.sample(dist) as u64).collect())
-}
-
-/// Zipf accesses with a one-pass scan of `keys / 2` never-seen keys every `len / 10` accesses.
-fn scan_mix(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
-    let base = zipf(keys, s, len, seed)?;
-    let mut trace = Vec::with_capacity(len * 3 / 2);
-    let mut fresh = keys + 1_000_000;
-    for (i, k) in base.into_iter().enumerate() {
-        if i > 0 && i % (len / 10).max(1) == 0 {
-            for _ in 0..keys / 2 {
-                trace.push(fresh);
-                fresh += 1;
-            }
-        }
-        trace.push(k);
-    }
-    Ok(trace)
-}
-
-/// `len` accesses cycling through `keys` keys in order: LRU's worst case once the cache is
-/// smaller than the loop (every access misses), where keeping any fixed part of the loop hits.
-fn loop_trace(keys: u64, len: usize) -> Trace {
-    (0..keys).cycle().take(len).collect()
-}
-
-/// Zipf accesses whose hot set moves halfway: the second half draws from `keys` other keys,
-/// so what was frequent stops being used and recency must win.
-fn shifting(keys: u64, s: f64, len: usize, seed: u64) -> Result<Trace, String> {
-    let mut trace = zipf(keys, s, len / 2, seed)?;
-    trace.extend(
-        zipf(keys, s, len - len / 2, seed + 1)?
-            .into_iter()
-            .map(|k| k + keys),
-    );
-    Ok(trace)
-}
-
-/// The synthetic rows of the workload matrix (`--matrix`): each favours another policy.
-fn matrix_workloads() -> Result<Vec<(String, Trace)>, String> {
-    const KEYS: u64 = 100_000;
-    const LEN: usize = 1_000_000;
-    Ok(vec![
-        ("zipf-0.6".into(), zipf(KEYS, 0.6, LEN, 1)?),
-        ("zipf-0.9".into(), zipf(KEYS, 0.9, LEN, 2)?),
-        ("zipf-1.2".into(), zipf(KEYS, 1.2, LEN, 3)?),
-        ("loop".into(), loop_trace(KEYS / 2, LEN)),
-        ("scan-mix".into(), scan_mix(KEYS, 0.9, LEN, 4)?),
-        ("shift".into(), shifting(KEYS, 0.9, LEN, 5)?),
-    ])
-}
-
-fn unique(trace: &[u64]) -> usize {
-    let mut seen = std::collections::HashSet::with_capacity(trace.len() / 4);
-    trace.iter().filter(|k| seen.insert(**k)).count()
-}
-
-// ---------------------------------------------------------------------------------------
-// Policies. Each returns the number of hits of `trace` at `capacity` entries.
-// ---------------------------------------------------------------------------------------
-
-fn lru(trace: &[u64], capacity: usize) -> u64 {
-    let Some(cap) = std::num::NonZeroUsize::new(capacity) else {
-        return 0;
-    };
-    let mut cache = lru::LruCache::new(cap);
-    let mut hits = 0;
-    for &k in trace {
-        if cache.get(&k).is_some() {
-            hits += 1;
-        } else {
-            cache.put(k, ());
-        }
-    }
-    hits
-}
-
-/// Bélády's optimum: on a miss with a full cache, evict the key whose next use is farthest.
-/// Exact; offline (it reads the whole trace first).
-fn belady(trace: &[u64], capacity: usize) -> u64 {
-    if capacity == 0 {
-        return 0;
-    }
-    const NEVER: usize = usize::MAX;
-    // next[i]: the index of the next access to trace[i] after i.
-    let mut next = vec![NEVER; trace.len()];
-    let mut last: HashMap<u64, usize> = HashMap::with_capacity(trace.len() / 4);
-    for (i, &k) in trace.iter().enumerate().rev() {
-        next[i] = last.insert(k, i).unwrap_or(NEVER);
-    }
-    // The cache maps key -> its next use; the heap holds (next use, key), lazily cleaned.
-    let mut cached: HashMap<u64, usize> = HashMap::with_capacity(capacity * 2);
-    let mut heap: BinaryHeap<(usize, u64)> = BinaryHeap::with_capacity(capacity * 2);
-    let mut hits = 0;
-    for (i, &k) in trace.iter().enumerate() {
-        if cached.contains_key(&k) {
-            hits += 1;
-        } else if cached.len() == capacity {
-            loop {
-                let (when, victim) = heap.pop().expect("a full cache has heap entries");
-                if cached.get(&victim) == Some(&when) {
-                    cached.remove(&victim);
-                    break;
-                }
-            }
-        }
-        cached.insert(k, next[i]);
-        heap.push((next[i], k));
-    }
-    hits
-}
-
-/// Replays `trace` on `threads` threads against one cache, keeping the trace's order as far
-/// as concurrency allows: each thread claims the next access from a shared cursor, so
-/// accesses run at most about `threads` places out of order. `access` returns whether the
-/// access hit.
-///
-/// Coarser hand-outs reorder the trace, and the reordering, not the concurrency, then moves
-/// the hit ratio: with 64-access chunks, OLTP at 0.1% on 2 threads lost 0.73 points for
-/// runcache even with a mutex around every access (no concurrency in the cache at all), and
-/// 0.17 with one access at a time. (Handing each thread every T-th access lets one thread
-/// run ahead, which reorders it further.)
-fn concurrently(trace: &[u64], threads: usize, access: impl Fn(u64) -> bool + Sync) -> u64 {
-    const CHUNK: usize = 1;
-    let hits = AtomicU64::new(0);
-    let cursor = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            let (hits, access, cursor) = (&hits, &access, &cursor);
-            s.spawn(move || {
-                let mut mine = 0;
-                loop {
-                    let start = cursor.fetch_add(CHUNK, Ordering::Relaxed);
-                    let Some(chunk) = trace.get(start..(start + CHUNK).min(trace.len())) else {
-                        break;
-                    };
-                    if chunk.is_empty() {
-                        break;
-                    }
-                    for &k in chunk {
-                        mine += u64::from(access(k));
-                    }
-                }
-                hits.fetch_add(mine, Ordering::Relaxed);
-            });
-        }
-    });
-    hits.into_inner()
-}
-
-/// Replays against a shared cache: look up, and insert on a miss.
-fn get_or_insert<C: Sync>(
-    trace: &[u64],
-    threads: usize,
-    cache: &C,
-    get: impl Fn(&C, u64) -> bool + Sync,
-    insert: impl Fn(&C, u64) + Sync,
-) -> u64 {
-    concurrently(trace, threads, |k| {
-        let hit = get(cache, k);
-        if !hit {
-            insert(cache, k);
-        }
-        hit
-    })
-}
-
-fn runcache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
-    let cache = runcache::Cache::<u64, ()>::builder()
-        .capacity(capacity as u64)
-        .build()
-        .expect("default shards are valid");
-    get_or_insert(
-        trace,
-        threads,
-        &cache,
-        |c, k| c.get(&k).is_some(),
-        |c, k| {
-            let _ = c.insert(k, ());
-        },
-    )
-}
-
-/// runcache by weight (every entry weighs 1) with no `expected_entry_weight`, one thread.
-fn runcache_weighted(trace: &[u64], capacity: usize) -> u64 {
-    let cache = runcache::Cache::<u64, ()>::builder()
-        .capacity(capacity as u64)
-        .weigher(|_, _| 1)
-        .build()
-        .expect("default shards are valid");
-    get_or_insert(
-        trace,
-        1,
-        &cache,
-        |c, k| c.get(&k).is_some(),
-        |c, k| {
-            let _ = c.insert(k, ());
-        },
-    )
-}
-
-fn moka(trace: &[u64], capacity: usize, threads: usize) -> u64 {
-    let cache = moka::sync::Cache::<u64, ()>::new(capacity as u64);
-    get_or_insert(
-        trace,
-        threads,
-        &cache,
-        |c, k| c.get(&k).is_some(),
-        |c, k| c.insert(k, ()),
-    )
-}
-
-fn quick_cache(trace: &[u64], capacity: usize, threads: usize) -> u64 {
-    if capacity == 0 {
-        return 0;
-    }
-    let cache = quick_cache::sync::Cache::<u64, ()>::new(capacity);
-    get_or_insert(
-        trace,
-        threads,
-        &cache,
-        |c, k| c.get(&k).is_some(),
-        |c, k| c.insert(k, ()),
-    )
-}
 
 // ---------------------------------------------------------------------------------------
 // The run
@@ -339,6 +67,8 @@ struct Options {
     margins: bool,
     /// The largest cache of the sizing check (`--sizes`), if asked for.
     sizes: Option<usize>,
+    /// The training suite (`--suite`), if asked for.
+    suite: Option<suite::Suite>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, value: &str) -> Result<Vec<T>, String> {
@@ -375,7 +105,10 @@ fn parse_args() -> Result<Option<Options>, String> {
         svg_dir: PathBuf::from("target/trace"),
         margins: false,
         sizes: None,
+        suite: None,
     };
+    let (mut suite, mut quick, mut seeds, mut shares) = (false, false, None, None);
+    let mut only = Vec::new();
     let mut matrix = false;
     let mut limit = usize::MAX;
     let mut files = Vec::new();
@@ -385,7 +118,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         match arg.as_str() {
             "-h" | "--help" => {
                 // The usage: the module doc's `text` block, between its fences.
-                let usage: Vec<&str> = include_str!("trace.rs")
+                let usage: Vec<&str> = include_str!("main.rs")
                     .lines()
                     .map(|l| l.trim_start_matches("//! ").trim_start_matches("//!"))
                     .skip_while(|l| !l.starts_with("```"))
@@ -408,6 +141,19 @@ fn parse_args() -> Result<Option<Options>, String> {
                     .push((format!("scanmix-{k}-{s}-{n}"), scan_mix(k, s, n, 1)?));
             }
             "--matrix" => matrix = true,
+            "--suite" => suite = true,
+            "--quick" => quick = true,
+            "--shares" => shares = Some(value("--shares")?),
+            "--only" => only = value("--only")?.split(',').map(str::to_string).collect(),
+            "--seeds" => {
+                let n: u64 = value("--seeds")?
+                    .parse()
+                    .map_err(|_| "--seeds: not a number of seeds".to_string())?;
+                if n == 0 {
+                    return Err("--seeds: at least one seed replays anything".into());
+                }
+                seeds = Some(n);
+            }
             "--sizes" => {
                 let n: usize = value("--sizes")?
                     .parse()
@@ -434,6 +180,24 @@ fn parse_args() -> Result<Option<Options>, String> {
             flag if flag.starts_with("--") => return Err(format!("unknown flag `{flag}`")),
             file => files.push(PathBuf::from(file)),
         }
+    }
+    if (quick || seeds.is_some() || shares.is_some() || !only.is_empty()) && !suite {
+        return Err("--quick, --seeds, --only and --shares go with --suite".into());
+    }
+    if suite {
+        if matrix || opts.sizes.is_some() || !opts.traces.is_empty() || !files.is_empty() {
+            return Err(
+                "--suite replays its own traces; drop the others and --matrix, --sizes".into(),
+            );
+        }
+        opts.suite = Some(suite::Suite {
+            dir: suite::default_dir(),
+            quick,
+            seeds: seeds.unwrap_or(if quick { 3 } else { 5 }),
+            shares,
+            only,
+        });
+        return Ok(Some(opts));
     }
     if matrix && !opts.traces.is_empty() {
         return Err("--matrix replays its own workloads; drop --zipf and --scan-mix".into());
@@ -508,6 +272,19 @@ fn main() -> ExitCode {
         env!("CARGO_PKG_VERSION")
     );
     let mut margins = Vec::new();
+    if let Some(suite) = &opts.suite {
+        let run = match &suite.shares {
+            Some(spec) => suite::shares(suite, spec, &opts.svg_dir),
+            None => suite::run(suite),
+        };
+        return match run {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("trace: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(most) = opts.sizes {
         return match sizes(most) {
             Ok(margins) => {
@@ -539,7 +316,7 @@ fn main() -> ExitCode {
             ];
             for &t in &opts.threads {
                 let tag = |p| column(p, t, &opts.threads);
-                row.push((tag("runcache"), runcache(trace, cap, t)));
+                row.push((tag("runcache"), runcache(trace, cap, t, 0)));
                 row.push((tag("moka"), moka(trace, cap, t)));
                 row.push((tag("quick_cache"), quick_cache(trace, cap, t)));
             }
@@ -579,7 +356,7 @@ fn sizes(most: usize) -> Result<Vec<Margin>, String> {
         let pct = |hits: u64| 100.0 * hits as f64 / trace.len() as f64;
         let lru = pct(lru(&trace, n));
         let ours = [
-            pct(runcache(&trace, n, 1)),
+            pct(runcache(&trace, n, 1, 0)),
             pct(runcache_weighted(&trace, n)),
         ];
         let (moka, quick) = (pct(moka(&trace, n, 1)), pct(quick_cache(&trace, n, 1)));
@@ -830,7 +607,7 @@ mod tests {
     fn runcache_is_never_below_lru_on_a_scan_mixed_zipf() {
         let trace = scan_mix(5_000, 0.9, 100_000, 7).unwrap();
         for cap in [50, 250, 1000] {
-            let (ours, lru) = (runcache(&trace, cap, 1), lru(&trace, cap));
+            let (ours, lru) = (runcache(&trace, cap, 1, 0), lru(&trace, cap));
             assert!(ours >= lru, "capacity {cap}: runcache {ours} < LRU {lru}");
         }
     }
@@ -856,8 +633,9 @@ mod tests {
     fn lis_lines_expand_to_pages_and_keys_files_hash_words() {
         let t = parse("10 3 0 0\n100 1 0 1\n".as_bytes(), true).unwrap();
         assert_eq!(t, vec![10, 11, 12, 100]);
-        let t = parse("5\nabc\nabc\n".as_bytes(), false).unwrap();
-        assert_eq!((t[0], t[1] == t[2]), (5, true));
+        assert_eq!(parse("5\n\n7\n".as_bytes(), false).unwrap(), vec![5, 7]);
+        let e = parse("5\nabc\n".as_bytes(), false).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("abc"), "{e}");
         assert!(parse("10 x 0 0\n".as_bytes(), true)
             .unwrap_err()
             .contains("line 1"));

@@ -1,0 +1,460 @@
+//! The training suite (`trace --suite`): every real trace in the trace folder at 1%, 5% and
+//! 10% of its unique keys (and 0.1%, 0.25% and 0.5% for traces over 100,000 unique keys),
+//! beside the synthetic workloads, with runcache replayed under several hasher seeds and
+//! judged at its worst seed. A summary per family and over everything: cells held, mean
+//! margin to the best of moka and quick_cache, worst cell, widest spread over seeds, and the
+//! mean against the reference W-TinyLFU.
+
+use crate::load::{load, matrix_workloads, unique, Trace};
+use crate::policies::{lru, moka, quick_cache, runcache, tinyufo};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// The real traces of the suite (the files of `shared/traces/`), each with its family.
+const REAL: &[(&str, &str)] = &[
+    ("OLTP.lis.zst", "database"),
+    ("orm-busy.trace.zst", "database"),
+    ("P3.lis.zst", "disk"),
+    ("2_pools.trace.zst", "programs (LIRS)"),
+    ("cpp.trace.zst", "programs (LIRS)"),
+    ("cs.trace.zst", "programs (LIRS)"),
+    ("gli.trace.zst", "programs (LIRS)"),
+    ("multi1.trace.zst", "programs (LIRS)"),
+    ("multi2.trace.zst", "programs (LIRS)"),
+    ("ps.trace.zst", "programs (LIRS)"),
+    ("sprite.trace.zst", "programs (LIRS)"),
+    ("loop.trace.zst", "patterns (LIRS)"),
+    ("scan.trace.zst", "patterns (LIRS)"),
+    ("zigzag.trace.zst", "patterns (LIRS)"),
+    ("web07.trace.zst", "web"),
+    ("gcc.trace.zst", "CPU addresses"),
+    ("swim.trace.zst", "CPU addresses"),
+    ("scarab-recs.trace.zst", "recommendations"),
+];
+
+/// The traces `--quick` keeps: one or two of each family, none over a million accesses.
+const QUICK: &[&str] = &[
+    "OLTP.lis.zst",
+    "2_pools.trace.zst",
+    "multi2.trace.zst",
+    "sprite.trace.zst",
+    "zigzag.trace.zst",
+    "web07.trace.zst",
+    "gcc.trace.zst",
+    "zipf-0.9",
+    "shift",
+    "loop",
+];
+
+/// The capacities of every trace, as fractions of its unique keys.
+const FRACTIONS: &[f64] = &[0.01, 0.05, 0.1];
+/// The capacities added for traces over [`LARGE`] unique keys.
+const SMALL_FRACTIONS: &[f64] = &[0.001, 0.0025, 0.005];
+const LARGE: usize = 100_000;
+
+/// What `--suite` was asked for.
+pub struct Suite {
+    /// Where the real traces are.
+    pub dir: PathBuf,
+    pub quick: bool,
+    /// runcache's hasher seeds: `0..seeds`.
+    pub seeds: u64,
+    /// `--shares NAME@FRACTION`: plot one cell's share over time instead.
+    pub shares: Option<String>,
+    /// `--only`: the traces or families to keep (all when empty).
+    pub only: Vec<String>,
+}
+
+impl Suite {
+    /// Whether the suite replays trace `name` of `family`.
+    fn keeps(&self, name: &str, family: &str) -> bool {
+        (self.only.is_empty() || self.only.iter().any(|o| o == name || o == family))
+            && (!self.quick || QUICK.contains(&name))
+    }
+}
+
+/// One trace × capacity cell, hit ratios in %.
+struct Cell {
+    family: &'static str,
+    trace: String,
+    capacity: usize,
+    fraction: f64,
+    lru: f64,
+    moka: f64,
+    quick: f64,
+    reference: f64,
+    tinyufo: f64,
+    /// One per seed.
+    ours: Vec<f64>,
+}
+
+impl Cell {
+    fn best_peer(&self) -> f64 {
+        self.moka.max(self.quick)
+    }
+    fn worst(&self) -> f64 {
+        self.ours.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    fn spread(&self) -> f64 {
+        self.ours.iter().copied().fold(f64::NEG_INFINITY, f64::max) - self.worst()
+    }
+    fn margin(&self) -> f64 {
+        self.worst() - self.best_peer()
+    }
+    /// The rule, at the worst seed: within 0.5 points of the best peer and of LRU.
+    fn holds(&self) -> bool {
+        self.margin() >= -0.5 && self.worst() - self.lru >= -0.5
+    }
+}
+
+/// The subjects a cell replays; runcache once per seed.
+#[derive(Clone, Copy)]
+enum Subject {
+    Lru,
+    Moka,
+    Quick,
+    Reference,
+    TinyUfo,
+    Ours(u64),
+}
+
+/// Loads the suite's traces: the real ones present in the folder (a notice for each one
+/// absent) and the synthetic ones.
+fn traces(suite: &Suite) -> Result<Vec<(&'static str, String, Trace)>, String> {
+    let mut out = Vec::new();
+    let mut absent = Vec::new();
+    for &(file, family) in REAL {
+        if !suite.keeps(file, family) {
+            continue;
+        }
+        let path = suite.dir.join(file);
+        if !path.exists() {
+            absent.push(file);
+            continue;
+        }
+        out.push((family, file.to_string(), load(&path)?));
+    }
+    if !absent.is_empty() {
+        println!(
+            "notice: {} of the suite's real traces are absent from {} and skipped: {}",
+            absent.len(),
+            suite.dir.display(),
+            absent.join(", ")
+        );
+    }
+    for (name, trace) in matrix_workloads()? {
+        let family = match name.as_str() {
+            "zipf-0.6" | "zipf-0.9" | "zipf-1.2" => "synthetic Zipf",
+            "loop" => "synthetic loop",
+            "scan-mix" => "synthetic scan mix",
+            _ => "synthetic moving hot set",
+        };
+        if suite.keeps(&name, family) {
+            out.push((family, name, trace));
+        }
+    }
+    Ok(out)
+}
+
+/// The folder of the real traces: `$RUNCACHE_TRACE_DIR`, else `shared/traces` beside the
+/// repository.
+pub fn default_dir() -> PathBuf {
+    std::env::var_os("RUNCACHE_TRACE_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"),
+        PathBuf::from,
+    )
+}
+
+/// Runs the suite and prints its tables and summaries.
+pub fn run(suite: &Suite) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let traces = traces(suite)?;
+    let mut cells = Vec::new();
+    let mut jobs = Vec::new();
+    for (t, (family, name, trace)) in traces.iter().enumerate() {
+        let uniq = unique(trace);
+        let mut fractions = Vec::new();
+        if uniq > LARGE && !suite.quick {
+            fractions.extend_from_slice(SMALL_FRACTIONS);
+        }
+        fractions.extend_from_slice(FRACTIONS);
+        for f in fractions {
+            let capacity = ((uniq as f64 * f).round() as usize).max(1);
+            let c = cells.len();
+            cells.push(Cell {
+                family,
+                trace: name.clone(),
+                capacity,
+                fraction: f,
+                lru: 0.0,
+                moka: 0.0,
+                quick: 0.0,
+                reference: 0.0,
+                tinyufo: 0.0,
+                ours: vec![0.0; suite.seeds as usize],
+            });
+            for s in [
+                Subject::Lru,
+                Subject::Moka,
+                Subject::Quick,
+                Subject::Reference,
+                Subject::TinyUfo,
+            ]
+            .into_iter()
+            .chain((0..suite.seeds).map(Subject::Ours))
+            {
+                jobs.push((t, c, s));
+            }
+        }
+    }
+    // The longest replays first, so the workers finish together.
+    jobs.sort_by_key(|&(t, _, _)| std::cmp::Reverse(traces[t].2.len()));
+    let cells = Mutex::new(cells);
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                while let Some(&(t, c, subject)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let trace = &traces[t].2;
+                    let capacity = cells.lock().unwrap()[c].capacity;
+                    let hits = match subject {
+                        Subject::Lru => lru(trace, capacity),
+                        Subject::Moka => moka(trace, capacity, 1),
+                        Subject::Quick => quick_cache(trace, capacity, 1),
+                        Subject::Reference => runcache_bench::wtinylfu::replay(trace, capacity),
+                        Subject::TinyUfo => tinyufo(trace, capacity),
+                        Subject::Ours(seed) => runcache(trace, capacity, 1, seed),
+                    };
+                    let pct = 100.0 * hits as f64 / trace.len() as f64;
+                    let mut cells = cells.lock().unwrap();
+                    let cell = &mut cells[c];
+                    match subject {
+                        Subject::Lru => cell.lru = pct,
+                        Subject::Moka => cell.moka = pct,
+                        Subject::Quick => cell.quick = pct,
+                        Subject::Reference => cell.reference = pct,
+                        Subject::TinyUfo => cell.tinyufo = pct,
+                        Subject::Ours(seed) => cell.ours[seed as usize] = pct,
+                    }
+                }
+            });
+        }
+    });
+    let cells = cells.into_inner().unwrap();
+    print_cells(&cells);
+    print_families(&cells);
+    println!(
+        "\nsuite: {} cells, {} seeds each, {:.0} s on {workers} worker(s)",
+        cells.len(),
+        suite.seeds,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn print_cells(cells: &[Cell]) {
+    let mut last = "";
+    for c in cells {
+        if c.trace != last {
+            last = &c.trace;
+            println!(
+                "\n{} ({}): hit ratios in %, runcache at its worst seed",
+                c.trace, c.family
+            );
+            println!(
+                "{:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>8}",
+                "capacity",
+                "%keys",
+                "lru",
+                "moka",
+                "quick",
+                "tinyufo",
+                "w-tinylfu",
+                "runcache",
+                "spread",
+                "margin",
+                "vs lru"
+            );
+        }
+        println!(
+            "{:>9} {:>6.2} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7.3} {:>+8.3} {:>+8.3}{}",
+            c.capacity,
+            100.0 * c.fraction,
+            c.lru,
+            c.moka,
+            c.quick,
+            c.tinyufo,
+            c.reference,
+            c.worst(),
+            c.spread(),
+            c.margin(),
+            c.worst() - c.lru,
+            if c.holds() { "" } else { "  MISSED" }
+        );
+    }
+}
+
+/// The summary of some cells: held, mean margin, worst cell, widest spread, against the
+/// reference.
+fn summary(cells: &[&Cell]) -> String {
+    let n = cells.len() as f64;
+    let held = cells.iter().filter(|c| c.holds()).count();
+    let mean = cells.iter().map(|c| c.margin()).sum::<f64>() / n;
+    let reference = cells.iter().map(|c| c.worst() - c.reference).sum::<f64>() / n;
+    let worst = cells
+        .iter()
+        .min_by(|a, b| a.margin().total_cmp(&b.margin()))
+        .expect("a family has cells");
+    let wide = cells
+        .iter()
+        .max_by(|a, b| a.spread().total_cmp(&b.spread()))
+        .expect("a family has cells");
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "{held:>3}/{:<3} mean {mean:+6.2}  vs w-tinylfu {reference:+6.2}  worst {:+6.2} ({} at {:.2}%)  spread up to {:.2} ({} at {:.2}%)",
+        cells.len(),
+        worst.margin(),
+        worst.trace,
+        100.0 * worst.fraction,
+        wide.spread(),
+        wide.trace,
+        100.0 * wide.fraction,
+    );
+    s
+}
+
+fn print_families(cells: &[Cell]) {
+    println!(
+        "\nsummary (each cell at runcache's worst seed; rule: >= max(moka, quick_cache) - 0.5 and >= LRU - 0.5):"
+    );
+    let mut families: BTreeMap<&str, Vec<&Cell>> = BTreeMap::new();
+    for c in cells {
+        families.entry(c.family).or_default().push(c);
+    }
+    for (family, cells) in &families {
+        println!("  {family:<26} {}", summary(cells));
+    }
+    let all: Vec<&Cell> = cells.iter().collect();
+    if !all.is_empty() {
+        println!("  {:<26} {}", "everything", summary(&all));
+    }
+    let under: Vec<String> = cells
+        .iter()
+        .filter(|c| c.tinyufo < c.lru - 0.5)
+        .map(|c| {
+            format!(
+                "{} at {:.2}% ({:+.2})",
+                c.trace,
+                100.0 * c.fraction,
+                c.tinyufo - c.lru
+            )
+        })
+        .collect();
+    println!(
+        "  tinyufo under LRU - 0.5 on {} of {} cells{}{}",
+        under.len(),
+        cells.len(),
+        if under.is_empty() { "" } else { ": " },
+        under.join(", ")
+    );
+    for c in cells.iter().filter(|c| !c.holds()) {
+        println!(
+            "    missed: {} at {:.2}% ({} entries): {:+.2} to the best peer, {:+.2} to LRU, spread {:.2}",
+            c.trace,
+            100.0 * c.fraction,
+            c.capacity,
+            c.margin(),
+            c.worst() - c.lru,
+            c.spread()
+        );
+    }
+}
+
+/// The points of a share plot: one sample every `len / POINTS` accesses.
+const POINTS: usize = 100;
+
+/// `--shares NAME@FRACTION`: replays one suite trace at one capacity under each seed, and
+/// plots the small queue's share of the capacity over the replay, one line per seed, beside
+/// the hit ratio each seed reached (the controller's stability, seen from inside).
+pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
+    let bad = || format!("--shares: expected NAME@FRACTION (a suite trace), got `{spec}`");
+    let (name, fraction) = spec.split_once('@').ok_or_else(bad)?;
+    let fraction: f64 = fraction.parse().map_err(|_| bad())?;
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        return Err(bad());
+    }
+    let everything = Suite {
+        dir: suite.dir.clone(),
+        quick: false,
+        seeds: suite.seeds,
+        shares: None,
+        only: Vec::new(),
+    };
+    let (_, _, trace) = traces(&everything)?
+        .into_iter()
+        .find(|(_, n, _)| n == name)
+        .ok_or_else(|| format!("--shares: `{name}` is not a suite trace (or it is absent)"))?;
+    let capacity = ((unique(&trace) as f64 * fraction).round() as usize).max(1);
+    let every = (trace.len() / POINTS).max(1);
+    let mut series = Vec::new();
+    println!(
+        "\n{name} at {:.2}% ({capacity} entries): the small queue's share over the replay",
+        100.0 * fraction
+    );
+    for seed in 0..suite.seeds {
+        let cache = runcache::Cache::<u64, ()>::builder()
+            .capacity(capacity as u64)
+            .hasher(foldhash::fast::FixedState::with_seed(seed))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut hits = 0u64;
+        let mut values = Vec::with_capacity(POINTS + 1);
+        for (i, &k) in trace.iter().enumerate() {
+            if cache.get(&k).is_some() {
+                hits += 1;
+            } else {
+                let _ = cache.insert(k, ());
+            }
+            if (i + 1) % every == 0 {
+                values.push(100.0 * cache.admission_share().unwrap_or(0.0));
+            }
+        }
+        let ratio = 100.0 * hits as f64 / trace.len() as f64;
+        let shown: Vec<String> = values
+            .iter()
+            .step_by((values.len() / 10).max(1))
+            .map(|v| format!("{v:.0}"))
+            .collect();
+        println!(
+            "  seed {seed}: hit ratio {ratio:.3}%, share % at each tenth: {}",
+            shown.join(" ")
+        );
+        series.push(runcache_bench::Series {
+            label: format!("seed {seed} ({ratio:.2}%)"),
+            values,
+        });
+    }
+    std::fs::create_dir_all(svg_dir).map_err(|e| format!("{}: {e}", svg_dir.display()))?;
+    let path = svg_dir.join(format!("share-{name}-{fraction}.svg"));
+    let xs: Vec<f64> = (1..=series[0].values.len())
+        .map(|i| (i * every) as f64)
+        .collect();
+    let svg = runcache_bench::line_chart(
+        &format!("{name} at {:.2}%: small queue's share", 100.0 * fraction),
+        "share of the capacity %",
+        runcache_bench::XAxis::Linear {
+            values: &xs,
+            label: "accesses",
+        },
+        &series,
+        Some(80.0),
+    )?;
+    std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("plot: {}", path.display());
+    Ok(())
+}
