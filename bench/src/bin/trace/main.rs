@@ -630,7 +630,7 @@ mod tests {
     }
 
     #[test]
-    fn lis_lines_expand_to_pages_and_keys_files_hash_words() {
+    fn lis_lines_expand_to_pages_and_lines_that_are_not_keys_are_errors() {
         let t = parse("10 3 0 0\n100 1 0 1\n".as_bytes(), true).unwrap();
         assert_eq!(t, vec![10, 11, 12, 100]);
         assert_eq!(parse("5\n\n7\n".as_bytes(), false).unwrap(), vec![5, 7]);
@@ -639,5 +639,37 @@ mod tests {
         assert!(parse("10 x 0 0\n".as_bytes(), true)
             .unwrap_err()
             .contains("line 1"));
+    }
+
+    #[test]
+    fn an_empty_trace_file_is_an_error_naming_it() {
+        let dir = std::env::temp_dir().join(format!("runcache-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.trace");
+        std::fs::write(&empty, "\n\n").unwrap();
+        let e = load(&empty).unwrap_err();
+        assert!(e.contains("empty.trace") && e.contains("no access"), "{e}");
+        let bad = dir.join("bad.trace");
+        std::fs::write(&bad, "1\n2\n0x3\n").unwrap();
+        let e = load(&bad).unwrap_err();
+        assert!(e.contains("bad.trace") && e.contains("line 3"), "{e}");
+        assert!(load(&dir.join("absent.trace"))
+            .unwrap_err()
+            .contains("absent.trace"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_trace_of_one_key_hits_every_access_but_the_first_in_every_policy() {
+        let trace = vec![42u64; 1_000];
+        for cap in [1, 10] {
+            assert_eq!(lru(&trace, cap), 999);
+            assert_eq!(belady(&trace, cap), 999);
+            assert_eq!(runcache(&trace, cap, 1, 7), 999);
+            assert_eq!(moka(&trace, cap, 1), 999);
+            assert_eq!(quick_cache(&trace, cap, 1), 999);
+            assert_eq!(tinyufo(&trace, cap), 999);
+            assert_eq!(runcache_bench::wtinylfu::replay(&trace, cap), 999);
+        }
     }
 }

@@ -458,3 +458,52 @@ pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
     println!("plot: {}", path.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(ours: &[f64], moka: f64, quick: f64, lru: f64) -> Cell {
+        Cell {
+            family: "f",
+            trace: "t".into(),
+            capacity: 10,
+            fraction: 0.01,
+            lru,
+            moka,
+            quick,
+            reference: 0.0,
+            tinyufo: 0.0,
+            ours: ours.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_cell_is_judged_at_its_worst_seed() {
+        // The best seed is ahead of both peers; the worst is 0.6 behind moka.
+        let c = cell(&[50.0, 49.0, 49.8], 49.6, 48.0, 30.0);
+        assert_eq!(c.worst(), 49.0);
+        assert!((c.spread() - 1.0).abs() < 1e-9);
+        assert!((c.margin() + 0.6).abs() < 1e-9);
+        assert!(!c.holds());
+        assert!(cell(&[49.2, 49.3], 49.6, 48.0, 30.0).holds());
+        // Within half a point of the peers but under LRU by more: missed.
+        assert!(!cell(&[40.0], 40.1, 39.0, 40.6).holds());
+    }
+
+    #[test]
+    fn the_suite_keeps_what_only_names_and_quick_its_subset() {
+        let suite = |quick, only: &[&str]| Suite {
+            dir: PathBuf::new(),
+            quick,
+            seeds: 1,
+            shares: None,
+            only: only.iter().map(|s| s.to_string()).collect(),
+        };
+        assert!(suite(false, &[]).keeps("P3.lis.zst", "disk"));
+        assert!(!suite(true, &[]).keeps("P3.lis.zst", "disk"));
+        assert!(suite(true, &[]).keeps("OLTP.lis.zst", "database"));
+        assert!(suite(false, &["disk"]).keeps("P3.lis.zst", "disk"));
+        assert!(!suite(false, &["web07.trace.zst"]).keeps("P3.lis.zst", "disk"));
+    }
+}
