@@ -102,7 +102,7 @@ impl<'a, T: Queued> PassLimit<'a, T> {
             return limit;
         }
         let q = self.queues;
-        let limit = 4 * (q.small.len() + q.main.len() + q.front.len()) + Self::FREE;
+        let limit = 4 * (q.small_len() + q.main.len() + q.front.len()) + Self::FREE;
         self.counted.set(Some(limit));
         limit
     }

@@ -373,6 +373,12 @@ impl<T: Queued> S3Fifo<T> {
         self.small.pop()
     }
 
+    /// Entries in the small queue and the staging queues (**P6**), a hint as `len` is.
+    pub(super) fn small_len(&self) -> usize {
+        // Relaxed: see `enlist`.
+        self.small.len() + self.staged_len.load(Ordering::Relaxed)
+    }
+
     /// Whether the small queue and the staging queues are empty (**P6**).
     fn small_is_empty(&self) -> bool {
         // Relaxed: see `enlist`.
