@@ -504,12 +504,30 @@ fn legend<'a, CT: CoordTranslate>(
         .map_err(|e| e.to_string())
 }
 
-/// Draws one line per series at the x `values`, with the legend.
-fn lines<'a, CT: CoordTranslate<From = (f64, f64)>>(
-    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+/// Draws the mesh (`x_labels` labels on the x axis, described by `x_desc`; the y axis by
+/// `y_desc`) and one line per series at the x `values`, with the legend.
+fn lines<'a, X>(
+    chart: &mut ChartContext<
+        'a,
+        SVGBackend<'a>,
+        Cartesian2d<X, plotters::coord::types::RangedCoordf64>,
+    >,
+    (x_labels, x_desc, y_desc): (usize, &str, &str),
     values: &[f64],
     series: &[Series],
-) -> Result<(), String> {
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_labels(x_labels)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(WHITE)
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| e.to_string())?;
     for (j, s) in series.iter().enumerate() {
         let color = COLORS[j % COLORS.len()];
         let points = values.iter().copied().zip(s.values.iter().copied());
@@ -579,16 +597,7 @@ pub fn line_chart(
                 let mut chart = builder
                     .build_cartesian_2d(0.0..hi, 0.0..top)
                     .map_err(|e| e.to_string())?;
-                chart
-                    .configure_mesh()
-                    .x_labels(6)
-                    .x_label_formatter(&|v| format!("{v:.0}"))
-                    .light_line_style(WHITE)
-                    .x_desc(label)
-                    .y_desc(y_label)
-                    .draw()
-                    .map_err(|e| e.to_string())?;
-                lines(&mut chart, values, series)?;
+                lines(&mut chart, (6, label, y_label), values, series)?;
             }
             XAxis::Log { values, label } => {
                 let lo = values.iter().copied().fold(f64::MAX, f64::min).max(1.0);
@@ -596,16 +605,12 @@ pub fn line_chart(
                 let mut chart = builder
                     .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)
                     .map_err(|e| e.to_string())?;
-                chart
-                    .configure_mesh()
-                    .x_labels(values.len().min(8))
-                    .x_label_formatter(&|v| format!("{v:.0}"))
-                    .light_line_style(WHITE)
-                    .x_desc(label)
-                    .y_desc(y_label)
-                    .draw()
-                    .map_err(|e| e.to_string())?;
-                lines(&mut chart, values, series)?;
+                lines(
+                    &mut chart,
+                    (values.len().min(8), label, y_label),
+                    values,
+                    series,
+                )?;
             }
         }
         root.present().map_err(|e| e.to_string())?;

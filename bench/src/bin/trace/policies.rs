@@ -113,20 +113,24 @@ pub fn get_or_insert<C: Sync>(
 /// runcache by count, its hasher seeded with `seed` (the default hasher is seeded at random:
 /// the suite replays several seeds to see what the seed alone moves).
 pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u64 {
-    let cache = runcache::Cache::<u64, ()>::builder()
-        .capacity(capacity as u64)
-        .hasher(foldhash::fast::FixedState::with_seed(seed))
-        .build()
-        .expect("default shards are valid");
     get_or_insert(
         trace,
         threads,
-        &cache,
+        &seeded(capacity, seed),
         |c, k| c.get(&k).is_some(),
         |c, k| {
             let _ = c.insert(k, ());
         },
     )
+}
+
+/// A runcache cache of `capacity` entries by count, its hasher seeded with `seed`.
+pub fn seeded(capacity: usize, seed: u64) -> runcache::Cache<u64, (), foldhash::fast::FixedState> {
+    runcache::Cache::<u64, ()>::builder()
+        .capacity(capacity as u64)
+        .hasher(foldhash::fast::FixedState::with_seed(seed))
+        .build()
+        .expect("default shards are valid")
 }
 
 /// runcache by weight (every entry weighs 1) with no `expected_entry_weight`, one thread.

@@ -6,7 +6,7 @@
 //! mean against the reference W-TinyLFU.
 
 use crate::load::{load, matrix_workloads, unique, Trace};
-use crate::policies::{lru, moka, quick_cache, runcache, tinyufo};
+use crate::policies::{lru, moka, quick_cache, runcache, seeded, tinyufo};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -206,21 +206,22 @@ pub fn run(suite: &Suite) -> Result<(), String> {
             .into_iter()
             .chain((0..suite.seeds).map(Subject::Ours))
             {
-                jobs.push((t, c, s));
+                jobs.push((t, c, capacity, s));
             }
         }
     }
     // The longest replays first, so the workers finish together.
-    jobs.sort_by_key(|&(t, _, _)| std::cmp::Reverse(traces[t].2.len()));
+    jobs.sort_by_key(|&(t, ..)| std::cmp::Reverse(traces[t].2.len()));
     let cells = Mutex::new(cells);
     let next = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| {
-                while let Some(&(t, c, subject)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                while let Some(&(t, c, capacity, subject)) =
+                    jobs.get(next.fetch_add(1, Ordering::Relaxed))
+                {
                     let trace = &traces[t].2;
-                    let capacity = cells.lock().unwrap()[c].capacity;
                     let hits = match subject {
                         Subject::Lru => lru(trace, capacity),
                         Subject::Moka => moka(trace, capacity, 1),
@@ -388,14 +389,15 @@ pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
     if !(fraction > 0.0 && fraction <= 1.0) {
         return Err(bad());
     }
-    let everything = Suite {
+    // Only the named trace is loaded (and found among the suite's, or not).
+    let one = Suite {
         dir: suite.dir.clone(),
         quick: false,
         seeds: suite.seeds,
         shares: None,
-        only: Vec::new(),
+        only: vec![name.to_string()],
     };
-    let (_, _, trace) = traces(&everything)?
+    let (_, _, trace) = traces(&one)?
         .into_iter()
         .find(|(_, n, _)| n == name)
         .ok_or_else(|| format!("--shares: `{name}` is not a suite trace (or it is absent)"))?;
@@ -407,11 +409,7 @@ pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
         100.0 * fraction
     );
     for seed in 0..suite.seeds {
-        let cache = runcache::Cache::<u64, ()>::builder()
-            .capacity(capacity as u64)
-            .hasher(foldhash::fast::FixedState::with_seed(seed))
-            .build()
-            .map_err(|e| e.to_string())?;
+        let cache = seeded(capacity, seed);
         let mut hits = 0u64;
         let mut values = Vec::with_capacity(POINTS + 1);
         for (i, &k) in trace.iter().enumerate() {
