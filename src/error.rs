@@ -9,6 +9,17 @@
 use std::fmt;
 
 /// A [`CacheBuilder`](crate::CacheBuilder) setting that cannot be built.
+///
+/// ```
+/// use runcache::{Cache, ConfigError};
+///
+/// let err = Cache::<u32, u32>::builder().shards(6).build().unwrap_err();
+/// assert_eq!(err, ConfigError::Shards { requested: 6 });
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid shard count 6: it must be a power of two from 1 to 65536"
+/// );
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -45,6 +56,24 @@ impl std::error::Error for ConfigError {}
 
 /// An [`insert`](crate::Cache::insert) that was refused because the entry does not fit; the key
 /// and the value are handed back.
+///
+/// ```
+/// use runcache::{Cache, WhenFull};
+///
+/// let cache = Cache::<&str, Vec<u8>>::builder()
+///     .capacity(8)
+///     .weigher(|_, v| v.len() as u64)
+///     .when_full(WhenFull::Reject)
+///     .build()?;
+/// let err = cache.insert("too big", vec![0; 9]).unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "entry of weight 9 not inserted: it does not fit in the free part of capacity 8"
+/// );
+/// let (key, value) = err.into_inner(); // nothing is lost
+/// assert_eq!((key, value.len()), ("too big", 9));
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
 #[non_exhaustive]
 pub struct InsertError<K, V> {
     /// The key that was not inserted.
@@ -59,6 +88,12 @@ pub struct InsertError<K, V> {
 
 impl<K, V> InsertError<K, V> {
     /// The key and value that were not inserted.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(0); // disabled: refuses everything
+    /// let err = cache.insert(1, "one").unwrap_err();
+    /// assert_eq!(err.into_inner(), (1, "one"));
+    /// ```
     pub fn into_inner(self) -> (K, V) {
         (self.key, self.value)
     }
@@ -97,6 +132,21 @@ impl<K, V> std::error::Error for InsertError<K, V> {}
 /// cache for the very key it is building, from inside its own poll (or a task asked for a key
 /// that a blocking builder further up its thread's stack is building). The key is handed
 /// back; nothing was built or cached by this call.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let cache = runcache::Cache::<u32, u32>::new(10);
+/// let outer = cache
+///     .get_or_insert_with_async(1, async {
+///         // The build asks for its own key: waiting would wait for itself.
+///         let inner = cache.get_or_insert_with_async(1, async { 0 }).await;
+///         assert_eq!(inner.unwrap_err().into_key(), 1);
+///         7
+///     })
+///     .await;
+/// assert_eq!(*outer.unwrap(), 7);
+/// # });
+/// ```
 #[non_exhaustive]
 pub struct RecursionError<K> {
     /// The key that was asked for.
@@ -105,6 +155,21 @@ pub struct RecursionError<K> {
 
 impl<K> RecursionError<K> {
     /// The key that was asked for.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = runcache::Cache::<String, u32>::new(10);
+    /// let key = String::from("self");
+    /// let inner = cache
+    ///     .get_or_insert_with_async(key.clone(), async {
+    ///         let err = cache.get_or_insert_with_async(key.clone(), async { 0 }).await.unwrap_err();
+    ///         err.into_key().len() as u32
+    ///     })
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(*inner, 4);
+    /// # });
+    /// ```
     pub fn into_key(self) -> K {
         self.key
     }
@@ -134,6 +199,17 @@ impl<K> std::error::Error for RecursionError<K> {}
 /// Why an async single-flight call with a fallible build future
 /// ([`try_get_or_insert_with_async`](crate::Cache::try_get_or_insert_with_async)) has no
 /// value.
+///
+/// ```
+/// use runcache::BuildError;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let cache = runcache::Cache::<u32, u32>::new(10);
+/// let err = cache.try_get_or_insert_with_async(1, async { Err("offline") }).await.unwrap_err();
+/// assert!(matches!(err, BuildError::Failed(ref e) if **e == "offline"));
+/// assert_eq!(err.to_string(), "the build failed: offline");
+/// # });
+/// ```
 #[non_exhaustive]
 pub enum BuildError<K, E> {
     /// The build future returned this error: this caller's, or the one of the attempt it

@@ -6,10 +6,26 @@
 use super::{Cache, DefaultHashBuilder, Handle, RemovalCause, MAX_SHARDS};
 use crate::error::ConfigError;
 use crate::raw::{Listener, RawCache, Weigher};
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
 /// What a cache does when an entry does not fit in the free capacity.
+///
+/// ```
+/// use runcache::{Cache, WhenFull};
+///
+/// // A byte budget that refuses what does not fit, as a constant tensor cache does.
+/// let tensors = Cache::<&str, Vec<u8>>::builder()
+///     .capacity(100)
+///     .weigher(|_, v| v.len() as u64)
+///     .when_full(WhenFull::Reject)
+///     .build()?;
+/// tensors.insert("a", vec![0; 80]).unwrap();
+/// assert!(tensors.insert("b", vec![0; 40]).is_err(), "refused; nothing was evicted");
+/// assert!(tensors.contains_key("a"));
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WhenFull {
@@ -31,6 +47,32 @@ pub enum WhenFull {
 }
 
 /// Builds a [`Cache`]; see [`Cache::builder`].
+///
+/// ```
+/// use runcache::{Cache, RemovalCause};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+///
+/// let evicted = Arc::new(AtomicU64::new(0));
+/// let seen = Arc::clone(&evicted);
+/// let cache = Cache::<u32, Vec<u8>>::builder()
+///     .capacity(64 << 10) // 64 KiB
+///     .weigher(|_, v| v.len() as u64)
+///     .expected_entry_weight(4 << 10) // presized for 16 entries
+///     .on_evict(move |_, v, cause| {
+///         if cause == RemovalCause::Capacity {
+///             seen.fetch_add(v.len() as u64, Ordering::Relaxed);
+///         }
+///     })
+///     .shards(4)
+///     .build()?;
+/// for i in 0..32 {
+///     cache.put(i, vec![0; 4 << 10]).unwrap();
+/// }
+/// assert!(cache.weighted_size() <= 64 << 10);
+/// assert_eq!(cache.weighted_size() + evicted.load(Ordering::Relaxed), 32 * (4 << 10));
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     pub(super) capacity: u64,
@@ -47,6 +89,15 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// The capacity: a number of entries with the default weigher, else a total weight
     /// (bytes, say). 0 makes a disabled cache that caches nothing. Default: `u64::MAX`.
     /// [`Cache::new`] takes it as its argument.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u32, u32>::builder().capacity(3).build()?;
+    /// for i in 0..10 {
+    ///     cache.put(i, i).unwrap();
+    /// }
+    /// assert_eq!(cache.len(), 3);
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn capacity(mut self, capacity: u64) -> Self {
         self.capacity = capacity;
         self
@@ -57,6 +108,17 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// The weigher runs once per entry, when the entry is inserted or built, outside any
     /// shared state. If it panics, the panic reaches the caller that triggered it and nothing
     /// is cached (callers waiting on that build take it over).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<&str, String>::builder()
+    ///     .capacity(10)
+    ///     .weigher(|k, v| (k.len() + v.len()) as u64)
+    ///     .build()?;
+    /// cache.put("ab", "cdef".to_string()).unwrap();
+    /// assert_eq!(cache.weighted_size(), 6);
+    /// assert!(cache.insert("big", "x".repeat(20)).is_err(), "heavier than the whole capacity");
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
         self.weigher = Some(Box::new(weigher));
         self
@@ -69,12 +131,41 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// small and grows. Presizing allocates 16 bytes per expected entry when the cache is
     /// built (the policy sizes itself later, see [`WhenFull::Evict`]); `build` refuses 0
     /// with [`ConfigError::EntryWeight`].
+    ///
+    /// ```
+    /// use runcache::{Cache, ConfigError};
+    ///
+    /// let cache = Cache::<u64, Vec<u8>>::builder()
+    ///     .capacity(1 << 30)
+    ///     .weigher(|_, v| v.len() as u64)
+    ///     .expected_entry_weight(1 << 20) // about 1,024 entries of 1 MiB
+    ///     .build()?;
+    /// assert!(cache.is_empty());
+    ///
+    /// let bad = Cache::<u64, Vec<u8>>::builder().expected_entry_weight(0).build();
+    /// assert_eq!(bad.unwrap_err(), ConfigError::EntryWeight { given: 0 });
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn expected_entry_weight(mut self, weight: u64) -> Self {
         self.entry_weight = Some(weight);
         self
     }
 
     /// What to do when an entry does not fit: evict by policy (the default) or refuse it.
+    ///
+    /// ```
+    /// use runcache::WhenFull;
+    ///
+    /// let cache = runcache::Cache::<u32, u32>::builder()
+    ///     .capacity(1)
+    ///     .when_full(WhenFull::Reject)
+    ///     .build()?;
+    /// cache.put(1, 1).unwrap();
+    /// let refused = cache.put(2, 2).unwrap_err();
+    /// assert_eq!((refused.key, refused.value), (2, 2));
+    /// assert_eq!(cache.get_cloned(&1), Some(1));
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn when_full(mut self, when_full: WhenFull) -> Self {
         self.when_full = when_full;
         self
@@ -86,6 +177,25 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// again and holding nothing that another thread waits for; the value itself stays alive
     /// while anyone holds a handle of it. If it panics, the panic reaches that operation's caller
     /// and the cache stays consistent (the entry is already gone).
+    ///
+    /// ```
+    /// use runcache::RemovalCause;
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// let log = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&log);
+    /// let cache = runcache::Cache::<u32, &str>::builder()
+    ///     .on_evict(move |key, _value, cause| sink.lock().unwrap().push((*key, cause)))
+    ///     .build()?;
+    /// cache.put(1, "a").unwrap();
+    /// cache.put(1, "b").unwrap();
+    /// cache.invalidate(&1);
+    /// assert_eq!(
+    ///     *log.lock().unwrap(),
+    ///     [(1, RemovalCause::Replaced), (1, RemovalCause::Removed)]
+    /// );
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn on_evict(
         mut self,
         listener: impl Fn(&K, &Handle<V>, RemovalCause) + Send + Sync + 'static,
@@ -96,12 +206,36 @@ impl<K, V, S> CacheBuilder<K, V, S> {
 
     /// The number of shards: a power of two (checked by [`build`](Self::build)). Default: the
     /// next power of two of four times [`std::thread::available_parallelism`].
+    ///
+    /// ```
+    /// use runcache::{Cache, ConfigError};
+    ///
+    /// let cache = Cache::<u32, u32>::builder().shards(16).build()?;
+    /// assert_eq!(cache.shards(), 16);
+    /// let err = Cache::<u32, u32>::builder().shards(3).build().unwrap_err();
+    /// assert_eq!(err, ConfigError::Shards { requested: 3 });
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
         self
     }
 
     /// The hasher. Default: [`DefaultHashBuilder`].
+    ///
+    /// ```
+    /// use std::collections::hash_map::DefaultHasher;
+    /// use std::hash::BuildHasherDefault;
+    ///
+    /// // A hasher with a fixed seed: the same table layout in every run (reproducible tests).
+    /// let cache = runcache::Cache::<u32, u32>::builder()
+    ///     .capacity(100)
+    ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
+    ///     .build()?;
+    /// cache.put(1, 1).unwrap();
+    /// assert_eq!(cache.get_cloned(&1), Some(1));
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn hasher<S2>(self, hasher: S2) -> CacheBuilder<K, V, S2> {
         CacheBuilder {
             capacity: self.capacity,
@@ -128,6 +262,13 @@ where
     /// [`ConfigError::Shards`] when the shard count is not a power of two in
     /// `1..=`[`MAX_SHARDS`]; [`ConfigError::EntryWeight`] when the expected entry weight is
     /// 0.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u32, u32>::builder().capacity(10).build();
+    /// assert!(cache.is_ok());
+    /// let err = runcache::Cache::<u32, u32>::builder().shards(0).build().unwrap_err();
+    /// assert!(err.to_string().contains("invalid shard count 0"));
+    /// ```
     pub fn build(self) -> Result<Cache<K, V, S>, ConfigError> {
         let shards = match self.shards {
             Some(n) if n.is_power_of_two() && n <= MAX_SHARDS => n,
@@ -148,6 +289,36 @@ where
                 self.entry_weight,
             ),
         })
+    }
+}
+
+impl<K, V> Default for CacheBuilder<K, V> {
+    /// The defaults of [`Cache::builder`]: unbounded, weight 1 per entry, evicting, default
+    /// hasher and shards.
+    fn default() -> Self {
+        CacheBuilder {
+            capacity: u64::MAX,
+            shards: None,
+            hasher: DefaultHashBuilder::default(),
+            weigher: None,
+            listener: None,
+            when_full: WhenFull::Evict,
+            entry_weight: None,
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V, S> fmt::Debug for CacheBuilder<K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheBuilder")
+            .field("capacity", &self.capacity)
+            .field("shards", &self.shards)
+            .field("weigher", &self.weigher.is_some())
+            .field("listener", &self.listener.is_some())
+            .field("when_full", &self.when_full)
+            .field("expected_entry_weight", &self.entry_weight)
+            .finish_non_exhaustive()
     }
 }
 

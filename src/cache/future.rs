@@ -41,6 +41,20 @@ where
     /// thread's stack is building): waiting would wait for itself. Nothing is built or cached
     /// by that call. (A build that hands the same request to another task and waits for it is
     /// not detected.)
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = runcache::Cache::new(100);
+    /// let kernel = cache
+    ///     .get_or_insert_with_async("gemm", async { "compiled gemm".to_string() })
+    ///     .await
+    ///     .expect("the build does not ask for its own key");
+    /// assert_eq!(*kernel, "compiled gemm");
+    /// // A hit drops the build future unpolled.
+    /// let again = cache.get_or_insert_with_async("gemm", async { unreachable!() }).await.unwrap();
+    /// assert!(runcache::Handle::ptr_eq(&kernel, &again));
+    /// # });
+    /// ```
     pub async fn get_or_insert_with_async<F>(
         &self,
         key: K,
@@ -64,6 +78,22 @@ where
     /// waiter whose own error type differs from the failed builder's polls its own build
     /// instead.) [`BuildError::Recursion`]: as for
     /// [`get_or_insert_with_async`](Self::get_or_insert_with_async).
+    ///
+    /// ```
+    /// use runcache::BuildError;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = runcache::Cache::<&str, u32>::new(100);
+    /// let failed = cache.try_get_or_insert_with_async("plan", async { Err("timeout") }).await;
+    /// match failed {
+    ///     Err(BuildError::Failed(e)) => assert_eq!(*e, "timeout"),
+    ///     _ => panic!("the build's error comes back"),
+    /// }
+    /// assert!(!cache.contains_key("plan"), "nothing was cached");
+    /// let built = cache.try_get_or_insert_with_async("plan", async { Ok::<_, &str>(3) }).await;
+    /// assert_eq!(*built.unwrap(), 3);
+    /// # });
+    /// ```
     pub async fn try_get_or_insert_with_async<E, F>(
         &self,
         key: K,
@@ -81,6 +111,19 @@ where
     ///
     /// # Errors
     /// As [`try_get_or_insert_with_async`](Self::try_get_or_insert_with_async).
+    ///
+    /// ```
+    /// use runcache::Source;
+    /// use std::convert::Infallible;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = runcache::Cache::new(100);
+    /// let first = cache.get_or_build_async(1, async { Ok::<_, Infallible>("one") }).await.unwrap();
+    /// assert_eq!(first.source, Source::Cached);
+    /// let second = cache.get_or_build_async(1, async { Ok::<_, Infallible>("uno") }).await.unwrap();
+    /// assert_eq!((*second.value, second.source), ("one", Source::Hit));
+    /// # });
+    /// ```
     pub async fn get_or_build_async<E, F>(
         &self,
         key: K,

@@ -18,7 +18,6 @@ use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// The hasher a cache uses unless [`CacheBuilder::hasher`] picks another: foldhash's fast,
@@ -32,6 +31,14 @@ pub type DefaultHashBuilder = foldhash::fast::RandomState;
 pub type DefaultHashBuilder = foldhash::fast::FixedState;
 
 /// Whether [`Cache::get_or_create`] found the value or ran the builder.
+///
+/// ```
+/// use runcache::{Cache, Lookup};
+///
+/// let cache = Cache::new(10);
+/// assert_eq!(cache.get_or_create(&1, |k| k + 1).1, Lookup::Miss);
+/// assert_eq!(cache.get_or_create(&1, |k| k + 1).1, Lookup::Hit);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lookup {
     /// The value was cached, or another caller built it while this one waited.
@@ -41,6 +48,16 @@ pub enum Lookup {
 }
 
 /// Where a value returned by [`Cache::get_or_build`] came from.
+///
+/// ```
+/// use runcache::{Cache, Source};
+/// use std::convert::Infallible;
+///
+/// // Capacity 0: a disabled cache builds every time and caches nothing.
+/// let off = Cache::<u32, u32>::new(0);
+/// let fetched = off.get_or_build(1, |_| Ok::<_, Infallible>(1)).unwrap();
+/// assert_eq!(fetched.source, Source::Uncached);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Source {
@@ -55,6 +72,14 @@ pub enum Source {
 }
 
 /// A value from [`Cache::get_or_build`] and where it came from.
+///
+/// ```
+/// use runcache::{Cache, Fetched, Source};
+///
+/// let cache = Cache::new(10);
+/// let Fetched { value, source } = cache.get_or_build("k", |_| Ok::<_, String>(1)).unwrap();
+/// assert_eq!((*value, source), (1, Source::Cached));
+/// ```
 #[derive(Debug)]
 pub struct Fetched<V> {
     /// The value.
@@ -65,6 +90,15 @@ pub struct Fetched<V> {
 
 /// Counters of a cache's activity; exact once no operation is in flight and no [`Pinned`]
 /// handle is alive (a `Pinned` handle adds its lookups' hits and misses when it drops).
+///
+/// ```
+/// let cache = runcache::Cache::<u32, u32>::builder().capacity(1).build()?;
+/// cache.get_or_insert_with(1, || 10);
+/// cache.get_or_insert_with(2, || 20); // evicts key 1
+/// let stats = cache.stats();
+/// assert_eq!((stats.misses, stats.builds, stats.evictions), (2, 2, 1));
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -91,6 +125,17 @@ pub struct Stats {
 
 impl Stats {
     /// The activity between `earlier` and `self` (each counter's difference).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(1, 1).unwrap();
+    /// let before = cache.stats();
+    /// let _ = cache.get(&1);
+    /// let _ = cache.get(&2);
+    /// let window = cache.stats().since(&before);
+    /// assert_eq!((window.hits, window.misses), (1, 1));
+    /// ```
+    #[must_use]
     pub fn since(&self, earlier: &Stats) -> Stats {
         Stats {
             hits: self.hits.saturating_sub(earlier.hits),
@@ -105,6 +150,17 @@ impl Stats {
     }
 
     /// `hits / (hits + misses)`, or 0 before any lookup.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// assert_eq!(cache.stats().hit_ratio(), 0.0, "no lookup yet");
+    /// cache.put(1, 1).unwrap();
+    /// for key in [1, 1, 1, 2] {
+    ///     let _ = cache.get(&key);
+    /// }
+    /// assert_eq!(cache.stats().hit_ratio(), 0.75);
+    /// ```
+    #[must_use]
     pub fn hit_ratio(&self) -> f64 {
         let total = self.hits + self.misses;
         if total == 0 {
@@ -117,6 +173,23 @@ impl Stats {
 
 /// A lock-free concurrent cache of values by key, handed out as counted [`Handle`]s; see the
 /// [crate docs](crate).
+///
+/// ```
+/// use runcache::Cache;
+/// use std::thread;
+///
+/// // Compiled kernels by shape, shared by every thread; at most 1,000 of them.
+/// let kernels: Cache<(u32, u32), String> = Cache::new(1_000);
+/// thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             let kernel = kernels.get_or_insert_with((64, 64), || "gemm 64x64".to_string());
+///             assert_eq!(*kernel, "gemm 64x64");
+///         });
+///     }
+/// });
+/// assert_eq!(kernels.stats().builds, 1, "built once, however many threads asked");
+/// ```
 pub struct Cache<K, V, S = DefaultHashBuilder> {
     raw: RawCache<K, V, S>,
 }
@@ -127,20 +200,33 @@ where
     V: Send + Sync + 'static,
 {
     /// A builder with the defaults: unbounded, weight 1 per entry, default hasher and shards.
+    ///
+    /// ```
+    /// use runcache::{Cache, WhenFull};
+    ///
+    /// let cache = Cache::<String, Vec<u8>>::builder()
+    ///     .capacity(1 << 20) // a byte budget
+    ///     .weigher(|_key, value| value.len() as u64) // what each entry costs
+    ///     .when_full(WhenFull::Evict)
+    ///     .build()?;
+    /// cache.insert("weights".to_string(), vec![0; 4096]).unwrap();
+    /// assert_eq!(cache.weighted_size(), 4096);
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn builder() -> CacheBuilder<K, V> {
-        CacheBuilder {
-            capacity: u64::MAX,
-            shards: None,
-            hasher: DefaultHashBuilder::default(),
-            weigher: None,
-            listener: None,
-            when_full: WhenFull::Evict,
-            entry_weight: None,
-            _types: PhantomData,
-        }
+        CacheBuilder::default()
     }
 
     /// A cache of at most `capacity` entries, with every other setting at its default.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(2);
+    /// cache.put(1, "one").unwrap();
+    /// cache.put(2, "two").unwrap();
+    /// cache.put(3, "three").unwrap(); // full: the policy evicts an entry to make room
+    /// assert_eq!(cache.len(), 2);
+    /// assert!(cache.contains_key(&3));
+    /// ```
     pub fn new(capacity: u64) -> Self {
         Self {
             raw: RawCache::new(
@@ -164,6 +250,16 @@ where
 {
     /// The cached value for `key`: a co-owning [`Handle`] that stays valid after the entry is
     /// removed or evicted. Takes no lock and writes no shared memory.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put("conv", vec![1.0f32, 2.0]).unwrap();
+    /// let weights = cache.get("conv").expect("cached");
+    /// assert_eq!(weights[1], 2.0);
+    /// cache.invalidate("conv");
+    /// assert!(cache.get("conv").is_none());
+    /// assert_eq!(weights.len(), 2, "a handle outlives its entry");
+    /// ```
     pub fn get<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
@@ -180,6 +276,21 @@ where
     /// count is written, so for a small `Copy` value, or an `Arc` stored as the value (which
     /// this hands out as one count of that `Arc`), it is the cheapest read that outlives the
     /// call. Takes no lock and writes no shared memory besides what `V::clone` writes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// // An `Arc` stored as the value comes out as one count of that `Arc`.
+    /// let names: runcache::Cache<u32, Arc<str>> = runcache::Cache::new(10);
+    /// names.put(1, Arc::from("relu")).unwrap();
+    /// let name: Arc<str> = names.get_cloned(&1).unwrap();
+    /// assert_eq!(&*name, "relu");
+    ///
+    /// // A small `Copy` value comes out as itself.
+    /// let sizes = runcache::Cache::new(10);
+    /// sizes.put("batch", 32u32).unwrap();
+    /// assert_eq!(sizes.get_cloned("batch"), Some(32));
+    /// ```
     pub fn get_cloned<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
@@ -203,6 +314,17 @@ where
 
     /// Pins the cache on this thread for a run of reads that touch no reference count; see
     /// [`Pinned`].
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(100);
+    /// for i in 0..10u64 {
+    ///     cache.put(i, i * i).unwrap();
+    /// }
+    /// // Ten reads under one pin, none of which writes a reference count.
+    /// let pinned = cache.pin();
+    /// let sum: u64 = (0..10).filter_map(|i| pinned.get(&i)).sum();
+    /// assert_eq!(sum, 285);
+    /// ```
     pub fn pin(&self) -> Pinned<'_, K, V, S> {
         Pinned {
             raw: &self.raw,
@@ -215,6 +337,15 @@ where
     /// A peek: it counts neither as a hit nor as a miss in [`stats`](Self::stats), and it
     /// is not a use of the entry for the eviction policy (checking an entry does not keep it
     /// cached, as reading it with [`get`](Self::get) does).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put("gemm", 1).unwrap();
+    /// assert!(cache.contains_key("gemm"));
+    /// assert!(!cache.contains_key("conv"));
+    /// let stats = cache.stats();
+    /// assert_eq!(stats.hits + stats.misses, 0, "a peek is not a lookup");
+    /// ```
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -232,6 +363,23 @@ where
     /// `value` back: an evicting cache refuses only an entry heavier than its whole capacity
     /// (or anything at capacity 0, or when every other entry is being built); a rejecting
     /// cache ([`WhenFull::Reject`]) refuses any entry that does not fit in the free capacity.
+    ///
+    /// ```
+    /// use runcache::{Cache, WhenFull};
+    ///
+    /// let cache = Cache::new(10);
+    /// assert!(cache.insert("k", 1).unwrap().is_none());
+    /// let old = cache.insert("k", 2).unwrap().expect("the replaced value");
+    /// assert_eq!(*old, 1);
+    ///
+    /// // A rejecting cache hands a refused entry back, whole.
+    /// let full = Cache::<&str, u32>::builder().capacity(1).when_full(WhenFull::Reject).build()?;
+    /// full.insert("a", 1).unwrap();
+    /// let refused = full.insert("b", 2).unwrap_err();
+    /// assert_eq!((refused.weight, refused.capacity), (1, 1));
+    /// assert_eq!(refused.into_inner(), ("b", 2));
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, InsertError<K, V>> {
         self.raw.insert(key, value, true).map_err(refused)
     }
@@ -274,6 +422,15 @@ where
     /// If `build` asks this cache for the same key on the same thread, that inner call panics
     /// with a message saying so, instead of waiting for itself forever. (A builder that hands
     /// the same request to another thread and waits for it is not detected.)
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(100);
+    /// let compiled = cache.get_or_insert_with((3, 3), || format!("conv {}x{}", 3, 3));
+    /// assert_eq!(*compiled, "conv 3x3");
+    /// // The second call finds it: its builder does not run.
+    /// let again = cache.get_or_insert_with((3, 3), || unreachable!());
+    /// assert!(runcache::Handle::ptr_eq(&compiled, &again));
+    /// ```
     pub fn get_or_insert_with(&self, key: K, build: impl FnOnce() -> V) -> Handle<V> {
         match self.raw.get_or_build::<Infallible, _>(key, |_| Ok(build())) {
             Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. } => v,
@@ -287,6 +444,15 @@ where
     /// The builder's error, shared by this caller and every caller that waited on that
     /// attempt. Nothing is cached; the next call builds again. (A waiter whose own error type
     /// differs from the failed builder's runs its own builder instead.)
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(100);
+    /// let failed = cache.try_get_or_insert_with("kernel", || Err::<u32, _>("no compiler"));
+    /// assert_eq!(*failed.unwrap_err(), "no compiler");
+    /// assert!(!cache.contains_key("kernel"), "a failure is not cached");
+    /// let built = cache.try_get_or_insert_with("kernel", || Ok::<_, &str>(7)).unwrap();
+    /// assert_eq!(*built, 7);
+    /// ```
     pub fn try_get_or_insert_with<E>(
         &self,
         key: K,
@@ -303,6 +469,17 @@ where
     ///
     /// # Errors
     /// As [`try_get_or_insert_with`](Self::try_get_or_insert_with).
+    ///
+    /// ```
+    /// use runcache::Source;
+    /// use std::convert::Infallible;
+    ///
+    /// let cache = runcache::Cache::new(100);
+    /// let first = cache.get_or_build(4, |k| Ok::<_, Infallible>(k * 10)).unwrap();
+    /// assert_eq!((*first.value, first.source), (40, Source::Cached));
+    /// let second = cache.get_or_build(4, |_| Ok::<_, Infallible>(0)).unwrap();
+    /// assert_eq!((*second.value, second.source), (40, Source::Hit));
+    /// ```
     pub fn get_or_build<E>(
         &self,
         key: K,
@@ -334,6 +511,16 @@ where
     /// The value for `key`, built from the key if missing, and whether this call built it:
     /// the shape of OpenVINO's runtime cache `getOrCreate`. Single-flight as
     /// [`get_or_insert_with`](Self::get_or_insert_with).
+    ///
+    /// ```
+    /// use runcache::Lookup;
+    ///
+    /// let cache = runcache::Cache::new(100);
+    /// let (value, how) = cache.get_or_create(&"softmax", |name| name.len());
+    /// assert_eq!((*value, how), (7, Lookup::Miss));
+    /// let (_, how) = cache.get_or_create(&"softmax", |name| name.len());
+    /// assert_eq!(how, Lookup::Hit);
+    /// ```
     pub fn get_or_create(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Handle<V>, Lookup)
     where
         K: Clone,
@@ -352,6 +539,15 @@ where
 
     /// Removes the cached value for `key` and returns it. The value itself lives on while any
     /// caller holds a handle of it. A build in flight for `key` is not affected.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(1, String::from("gemm")).unwrap();
+    /// let removed = cache.remove(&1).expect("it was cached");
+    /// assert_eq!(*removed, "gemm", "the caller holds the value on");
+    /// assert!(cache.remove(&1).is_none());
+    /// assert_eq!(cache.stats().removals, 1);
+    /// ```
     pub fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
@@ -381,6 +577,14 @@ where
 
     /// Removes the cached value for `key` only if `pred` accepts it (checked and removed in
     /// one atomic step: a value replaced meanwhile is not removed).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put("plan", 3).unwrap();
+    /// assert!(cache.remove_if("plan", |v| *v > 5).is_none(), "the predicate refused");
+    /// assert_eq!(cache.remove_if("plan", |v| *v == 3).as_deref(), Some(&3));
+    /// assert!(cache.is_empty());
+    /// ```
     pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&V) -> bool) -> Option<Handle<V>>
     where
         K: Borrow<Q>,
@@ -416,16 +620,41 @@ where
     }
 
     /// Removes every cached value (builds in flight are not affected).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(1, "a").unwrap();
+    /// let held = cache.get(&1).unwrap();
+    /// cache.clear();
+    /// assert!(cache.is_empty());
+    /// assert_eq!(*held, "a", "a held value survives the clear");
+    /// ```
     pub fn clear(&self) {
         self.raw.clear();
     }
 
     /// The number of cached entries (exact once no operation is in flight).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// assert_eq!(cache.len(), 0);
+    /// cache.put("a", 1).unwrap();
+    /// cache.put("b", 2).unwrap();
+    /// cache.put("a", 3).unwrap(); // a replacement
+    /// assert_eq!(cache.len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.raw.len()
     }
 
     /// Whether no entry is cached.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// assert!(cache.is_empty());
+    /// cache.put("a", 1).unwrap();
+    /// assert!(!cache.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -433,6 +662,18 @@ where
     /// The total weight of cached entries (and of entries being published this instant).
     /// Never above the capacity; to see both at one instant while other threads change them,
     /// use [`weighted_size_and_capacity`](Self::weighted_size_and_capacity).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u32, Vec<u8>>::builder()
+    ///     .capacity(1000)
+    ///     .weigher(|_, bytes| bytes.len() as u64)
+    ///     .build()?;
+    /// cache.put(1, vec![0; 300]).unwrap();
+    /// cache.put(2, vec![0; 200]).unwrap();
+    /// assert_eq!(cache.weighted_size(), 500);
+    /// assert_eq!(cache.len(), 2);
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn weighted_size(&self) -> u64 {
         self.raw.weighted_size()
     }
@@ -440,12 +681,27 @@ where
     /// The weighted size and the capacity read together: the size is read against the
     /// capacity read with it, so the first is never above the second, even while other
     /// threads insert or change the capacity.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(8);
+    /// cache.put("a", 1).unwrap();
+    /// let (size, capacity) = cache.weighted_size_and_capacity();
+    /// assert!(size <= capacity);
+    /// assert_eq!((size, capacity), (1, 8));
+    /// ```
     pub fn weighted_size_and_capacity(&self) -> (u64, u64) {
         self.raw.usage()
     }
 
     /// The capacity in force. During a shrink by [`set_capacity`](Self::set_capacity) it
     /// follows the weighted size down to the new value, so it is never below the size.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u32, u32>::new(64);
+    /// assert_eq!(cache.capacity(), 64);
+    /// cache.set_capacity(16);
+    /// assert_eq!(cache.capacity(), 16);
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.raw.capacity()
     }
@@ -455,6 +711,21 @@ where
     /// for a rejecting one (they count as evictions); 0 clears the cache and disables it, so
     /// that every `get_or_*` call builds and returns its value uncached. Calls racing each
     /// other leave the capacity at the target set last.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(100);
+    /// for i in 0..100 {
+    ///     cache.put(i, i).unwrap();
+    /// }
+    /// cache.set_capacity(10); // removes entries until 10 remain
+    /// assert_eq!(cache.len(), 10);
+    /// assert_eq!(cache.stats().evictions, 90);
+    ///
+    /// cache.set_capacity(0); // clears and disables
+    /// let built = cache.get_or_insert_with(1, || 1);
+    /// assert_eq!(*built, 1);
+    /// assert!(cache.is_empty(), "a disabled cache returns what it builds, uncached");
+    /// ```
     pub fn set_capacity(&self, capacity: u64) {
         self.raw.set_capacity(capacity);
     }
@@ -462,11 +733,31 @@ where
     /// Like [`set_capacity`](Self::set_capacity), but a shrink removes the entries with the
     /// lowest `rank` first (a last-use stamp gives least-recently-used order, say). `rank` is
     /// called once per cached entry, only when entries must go.
+    ///
+    /// ```
+    /// // Each value carries its last-use stamp: a shrink keeps the most recently used.
+    /// let cache = runcache::Cache::new(10);
+    /// for (key, stamp) in [("old", 1u64), ("newer", 5), ("newest", 9)] {
+    ///     cache.put(key, stamp).unwrap();
+    /// }
+    /// cache.set_capacity_by(2, |_, &stamp| stamp);
+    /// assert!(!cache.contains_key("old"));
+    /// assert!(cache.contains_key("newer") && cache.contains_key("newest"));
+    /// ```
     pub fn set_capacity_by<R: Ord>(&self, capacity: u64, rank: impl FnMut(&K, &V) -> R) {
         self.raw.set_capacity_ranked(capacity, rank);
     }
 
     /// The activity counters.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.get_or_insert_with("a", || 1); // a miss, and one build
+    /// let _ = cache.get("a"); // a hit
+    /// let stats = cache.stats();
+    /// assert_eq!((stats.hits, stats.misses, stats.builds), (1, 1, 1));
+    /// assert_eq!(stats.hit_ratio(), 0.5);
+    /// ```
     pub fn stats(&self) -> Stats {
         Stats {
             hits: self.raw.stat(Counter::Hit),
@@ -496,6 +787,12 @@ where
     }
 
     /// The number of shards.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u32, u32>::builder().shards(8).build()?;
+    /// assert_eq!(cache.shards(), 8);
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
     pub fn shards(&self) -> usize {
         self.raw.shard_count()
     }
@@ -527,6 +824,17 @@ where
     /// every thread retired: useful when values hold scarce memory (a GPU buffer) and the
     /// cache has gone quiet. The constant caches call it after every removal, so that their
     /// buffers' memory comes back before the call returns.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// let cache = runcache::Cache::new(10);
+    /// let tensor = Arc::new(vec![0u8; 1 << 20]);
+    /// cache.put("weights", Arc::clone(&tensor)).unwrap();
+    /// cache.invalidate("weights");
+    /// cache.reclaim(); // drop what left the cache now, not later
+    /// assert_eq!(Arc::strong_count(&tensor), 1, "the cache's count is gone");
+    /// ```
     pub fn reclaim(&self) {
         self.raw.reclaim();
     }

@@ -15,6 +15,17 @@ use std::hash::{BuildHasher, Hash};
 /// after the last pin of that time is dropped), so keep it for a run of reads, not forever.
 /// Its lookups reach [`Cache::stats`](super::Cache::stats) when it drops, all at once, so that a run of pinned
 /// reads writes no counter per read. It cannot leave its thread.
+///
+/// ```
+/// let cache = runcache::Cache::new(10);
+/// cache.put("scale", 0.5f32).unwrap();
+/// {
+///     let pinned = cache.pin();
+///     let scale: &f32 = pinned.get("scale").unwrap(); // a plain reference, no count taken
+///     assert_eq!(*scale, 0.5);
+/// } // unpinned here; its lookups reach the stats now
+/// assert_eq!(cache.stats().hits, 1);
+/// ```
 #[must_use = "dropping a Pinned unpins at once"]
 pub struct Pinned<'c, K, V, S = DefaultHashBuilder> {
     pub(super) raw: &'c RawCache<K, V, S>,
@@ -28,6 +39,14 @@ where
     S: BuildHasher,
 {
     /// The cached value for `key`, borrowed for as long as this pin.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(7, String::from("seven")).unwrap();
+    /// let pinned = cache.pin();
+    /// assert_eq!(pinned.get(&7).map(String::as_str), Some("seven"));
+    /// assert!(pinned.get(&8).is_none());
+    /// ```
     pub fn get<Q>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
@@ -40,6 +59,14 @@ where
     /// Whether a value is cached for `key`: a peek, as
     /// [`Cache::contains_key`](crate::Cache::contains_key) is (no hit or miss counted, no
     /// use of the entry for the eviction policy).
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(7, 49).unwrap();
+    /// let pinned = cache.pin();
+    /// assert!(pinned.contains_key(&7));
+    /// assert!(!pinned.contains_key(&8));
+    /// ```
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,

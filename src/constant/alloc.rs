@@ -20,6 +20,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// Where a buffer's memory lives.
+///
+/// ```
+/// use runcache::DeviceKind;
+///
+/// assert_eq!(DeviceKind::ALL, [DeviceKind::Cpu, DeviceKind::Gpu]);
+/// assert_eq!(DeviceKind::Gpu.to_string(), "gpu");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DeviceKind {
     /// Host memory.
@@ -33,6 +40,12 @@ impl DeviceKind {
     pub const ALL: [DeviceKind; 2] = [DeviceKind::Cpu, DeviceKind::Gpu];
 
     /// The lowercase name used in configuration strings (`cpu`, `gpu`).
+    ///
+    /// ```
+    /// use runcache::DeviceKind;
+    ///
+    /// assert_eq!(DeviceKind::Cpu.name(), "cpu");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             DeviceKind::Cpu => "cpu",
@@ -62,6 +75,46 @@ impl fmt::Display for DeviceKind {
 /// aligned to `align` that stay valid until `deallocate` is called with the same pointer,
 /// size and alignment; and if `host_accessible` returns `true`, those bytes must be readable
 /// and writable by the host.
+///
+/// ```
+/// use runcache::{AllocError, BufferAllocator, ConstantBuffer, DeviceKind, HostAllocator};
+/// use std::ptr::NonNull;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+///
+/// /// Host memory, counted.
+/// #[derive(Debug, Default)]
+/// struct Counting {
+///     live: AtomicUsize,
+/// }
+///
+/// // SAFETY: every call goes to `HostAllocator`, which keeps the contract.
+/// unsafe impl BufferAllocator for Counting {
+///     fn device(&self) -> DeviceKind {
+///         DeviceKind::Cpu
+///     }
+///     fn host_accessible(&self) -> bool {
+///         true
+///     }
+///     fn allocate(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+///         let ptr = HostAllocator.allocate(size, align)?;
+///         self.live.fetch_add(size, Ordering::Relaxed);
+///         Ok(ptr)
+///     }
+///     unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize) {
+///         self.live.fetch_sub(size, Ordering::Relaxed);
+///         // SAFETY: `ptr` came from `HostAllocator::allocate(size, align)` above.
+///         unsafe { HostAllocator.deallocate(ptr, size, align) }
+///     }
+/// }
+///
+/// let counting = Arc::new(Counting::default());
+/// let buffer = ConstantBuffer::new(counting.clone(), 4096, 64)?;
+/// assert_eq!(counting.live.load(Ordering::Relaxed), 4096);
+/// drop(buffer);
+/// assert_eq!(counting.live.load(Ordering::Relaxed), 0, "freed through its allocator");
+/// # Ok::<(), AllocError>(())
+/// ```
 pub unsafe trait BufferAllocator: Send + Sync + fmt::Debug {
     /// The device whose memory this allocator hands out.
     fn device(&self) -> DeviceKind;
@@ -83,6 +136,16 @@ pub unsafe trait BufferAllocator: Send + Sync + fmt::Debug {
 }
 
 /// Host memory from the global allocator, aligned to at least [`HostAllocator::ALIGN`].
+///
+/// ```
+/// use runcache::{ConstantBuffer, HostAllocator};
+/// use std::sync::Arc;
+///
+/// let buffer = ConstantBuffer::new(Arc::new(HostAllocator), 1000, 4096)?;
+/// assert_eq!(buffer.as_ptr() as usize % 4096, 0);
+/// assert_eq!(HostAllocator::ALIGN, 64);
+/// # Ok::<(), runcache::AllocError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostAllocator;
 
@@ -211,6 +274,14 @@ impl fmt::Debug for Allocation {
 }
 
 /// A constant buffer that could not be allocated.
+///
+/// ```
+/// use runcache::{AllocError, ConstantBuffer, HostAllocator};
+/// use std::sync::Arc;
+///
+/// let err = ConstantBuffer::new(Arc::new(HostAllocator), 64, 3).unwrap_err();
+/// assert_eq!(err, AllocError::InvalidLayout { size: 64, align: 3 });
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AllocError {

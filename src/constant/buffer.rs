@@ -23,6 +23,33 @@ pub(crate) struct Ledger {
 ///
 /// [`ConstantBuffer::device_memory`] gets the concrete type back, so a backend can reach its
 /// handle (the `vk::Buffer`, say) from a cached constant.
+///
+/// ```
+/// use runcache::{ConstantBuffer, DeviceKind, DeviceMemory};
+///
+/// /// A tensor in another API's device memory, known by its handle.
+/// #[derive(Debug)]
+/// struct GpuTensor {
+///     handle: u64,
+///     bytes: usize,
+/// }
+///
+/// impl DeviceMemory for GpuTensor {
+///     fn size(&self) -> usize {
+///         self.bytes
+///     }
+///     fn align(&self) -> usize {
+///         256
+///     }
+///     fn device(&self) -> DeviceKind {
+///         DeviceKind::Gpu
+///     }
+/// }
+///
+/// let buffer = ConstantBuffer::from_device_memory(GpuTensor { handle: 42, bytes: 1024 });
+/// assert_eq!((buffer.size(), buffer.device()), (1024, DeviceKind::Gpu));
+/// assert_eq!(buffer.device_memory::<GpuTensor>().unwrap().handle, 42);
+/// ```
 pub trait DeviceMemory: Any + Send + Sync + fmt::Debug {
     /// The size in bytes the constant occupies (what the cache charges for it).
     fn size(&self) -> usize;
@@ -41,6 +68,16 @@ enum Memory {
 
 /// The memory of one constant tensor: size, alignment, device, and the allocation, freed
 /// through its allocator (or its own `Drop`) when the last handle of the buffer drops.
+///
+/// ```
+/// use runcache::ConstantBuffer;
+///
+/// let mut buffer = ConstantBuffer::host(16)?;
+/// buffer.as_mut_slice().unwrap().copy_from_slice(&[7; 16]);
+/// assert_eq!(buffer.as_slice().unwrap(), [7; 16]);
+/// assert_eq!((buffer.size(), buffer.align()), (16, 64));
+/// # Ok::<(), runcache::AllocError>(())
+/// ```
 pub struct ConstantBuffer {
     memory: Memory,
     /// Set once a constant cache takes charge of the buffer.
@@ -56,6 +93,15 @@ impl ConstantBuffer {
     ///
     /// # Errors
     /// [`AllocError`] when the layout is invalid or the memory cannot be had.
+    ///
+    /// ```
+    /// use runcache::{ConstantBuffer, DeviceKind, HostAllocator};
+    /// use std::sync::Arc;
+    ///
+    /// let buffer = ConstantBuffer::new(Arc::new(HostAllocator), 256, 128)?;
+    /// assert_eq!((buffer.size(), buffer.align(), buffer.device()), (256, 128, DeviceKind::Cpu));
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn new(
         allocator: Arc<dyn BufferAllocator>,
         size: usize,
@@ -67,6 +113,22 @@ impl ConstantBuffer {
     }
 
     /// A buffer that owns `memory`, memory behind a handle (a Vulkan buffer, say).
+    ///
+    /// ```
+    /// use runcache::{ConstantBuffer, DeviceKind, DeviceMemory};
+    ///
+    /// #[derive(Debug)]
+    /// struct Texture(u32);
+    /// impl DeviceMemory for Texture {
+    ///     fn size(&self) -> usize { 4096 }
+    ///     fn align(&self) -> usize { 4096 }
+    ///     fn device(&self) -> DeviceKind { DeviceKind::Gpu }
+    /// }
+    ///
+    /// let buffer = ConstantBuffer::from_device_memory(Texture(3));
+    /// assert!(buffer.as_slice().is_none(), "no host address");
+    /// assert!(buffer.as_ptr().is_null());
+    /// ```
     pub fn from_device_memory(memory: impl DeviceMemory) -> Self {
         Self::with_memory(Memory::Device(Box::new(memory)))
     }
@@ -90,6 +152,23 @@ impl ConstantBuffer {
 
     /// The memory behind a handle, if the buffer was made by
     /// [`from_device_memory`](Self::from_device_memory) with a `T`.
+    ///
+    /// ```
+    /// use runcache::{ConstantBuffer, DeviceKind, DeviceMemory};
+    ///
+    /// #[derive(Debug)]
+    /// struct Handle(u64);
+    /// impl DeviceMemory for Handle {
+    ///     fn size(&self) -> usize { 8 }
+    ///     fn align(&self) -> usize { 8 }
+    ///     fn device(&self) -> DeviceKind { DeviceKind::Gpu }
+    /// }
+    ///
+    /// let buffer = ConstantBuffer::from_device_memory(Handle(9));
+    /// assert_eq!(buffer.device_memory::<Handle>().map(|h| h.0), Some(9));
+    /// assert!(ConstantBuffer::host(8)?.device_memory::<Handle>().is_none());
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn device_memory<T: DeviceMemory>(&self) -> Option<&T> {
         match &self.memory {
             Memory::Device(m) => (m.as_ref() as &dyn Any).downcast_ref::<T>(),
@@ -101,27 +180,54 @@ impl ConstantBuffer {
     ///
     /// # Errors
     /// [`AllocError`] when the memory cannot be had.
+    ///
+    /// ```
+    /// let buffer = runcache::ConstantBuffer::host(100)?;
+    /// assert_eq!(buffer.as_ptr() as usize % runcache::HostAllocator::ALIGN, 0);
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn host(size: usize) -> Result<Self, AllocError> {
         Self::new(Arc::new(HostAllocator), size, HostAllocator::ALIGN)
     }
 
     /// The size in bytes.
+    ///
+    /// ```
+    /// assert_eq!(runcache::ConstantBuffer::host(100)?.size(), 100);
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn size(&self) -> usize {
         self.memory().size()
     }
 
     /// The alignment in bytes.
+    ///
+    /// ```
+    /// assert_eq!(runcache::ConstantBuffer::host(100)?.align(), 64);
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn align(&self) -> usize {
         self.memory().align()
     }
 
     /// The device the memory belongs to.
+    ///
+    /// ```
+    /// assert_eq!(runcache::ConstantBuffer::host(1)?.device(), runcache::DeviceKind::Cpu);
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn device(&self) -> DeviceKind {
         self.memory().device()
     }
 
     /// The allocation's address (a device address for device memory), or null for memory
     /// behind a handle (see [`device_memory`](Self::device_memory)).
+    ///
+    /// ```
+    /// let buffer = runcache::ConstantBuffer::host(32)?;
+    /// assert!(!buffer.as_ptr().is_null());
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn as_ptr(&self) -> *const u8 {
         match &self.memory {
             Memory::Pointer(a) => a.as_ptr(),
@@ -130,6 +236,13 @@ impl ConstantBuffer {
     }
 
     /// The bytes, if the host can read this memory through an address.
+    ///
+    /// ```
+    /// let mut buffer = runcache::ConstantBuffer::host(4)?;
+    /// buffer.as_mut_slice().unwrap().copy_from_slice(&[1, 2, 3, 4]);
+    /// assert_eq!(buffer.as_slice(), Some(&[1u8, 2, 3, 4][..]));
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn as_slice(&self) -> Option<&[u8]> {
         match &self.memory {
             Memory::Pointer(a) => a.as_slice(),
@@ -139,6 +252,14 @@ impl ConstantBuffer {
 
     /// The bytes for writing, if the host can write this memory: the builder fills a buffer
     /// this way before handing it to the cache.
+    ///
+    /// ```
+    /// let mut buffer = runcache::ConstantBuffer::host(8)?;
+    /// let weights: &mut [u8] = buffer.as_mut_slice().expect("host memory");
+    /// weights.fill(0xAB);
+    /// assert!(buffer.as_slice().unwrap().iter().all(|&b| b == 0xAB));
+    /// # Ok::<(), runcache::AllocError>(())
+    /// ```
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match &mut self.memory {
             Memory::Pointer(a) => a.as_mut_slice(),

@@ -14,6 +14,16 @@ use std::fmt;
 pub const MAX_CAPACITY_MB: u64 = u64::MAX >> 20;
 
 /// Capacities (MiB) that a configuration string sets, per device kind.
+///
+/// ```
+/// use runcache::constant::{parse_capacity_config, CapacityConfig, DeviceKind};
+///
+/// let mut config = CapacityConfig::default();
+/// config.set(DeviceKind::Cpu, 10240);
+/// config.set(DeviceKind::Gpu, 2048);
+/// assert_eq!(config.to_string(), "cpu:10240;gpu:2048");
+/// assert_eq!(parse_capacity_config(&config.to_string()).into_result(), Ok(config));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CapacityConfig {
     mb: [Option<u64>; 2],
@@ -21,11 +31,27 @@ pub struct CapacityConfig {
 
 impl CapacityConfig {
     /// The capacity the configuration sets for `kind`, in MiB, if it sets one.
+    ///
+    /// ```
+    /// use runcache::constant::{parse_capacity_config, DeviceKind};
+    ///
+    /// let config = parse_capacity_config("gpu:512").config;
+    /// assert_eq!(config.get(DeviceKind::Gpu), Some(512));
+    /// assert_eq!(config.get(DeviceKind::Cpu), None, "not set: the default applies");
+    /// ```
     pub fn get(&self, kind: DeviceKind) -> Option<u64> {
         self.mb[kind.index()]
     }
 
     /// Sets the capacity of `kind`, in MiB.
+    ///
+    /// ```
+    /// use runcache::constant::{CapacityConfig, DeviceKind};
+    ///
+    /// let mut config = CapacityConfig::default();
+    /// config.set(DeviceKind::Cpu, 64);
+    /// assert_eq!(config.get(DeviceKind::Cpu), Some(64));
+    /// ```
     pub fn set(&mut self, kind: DeviceKind, mb: u64) {
         self.mb[kind.index()] = Some(mb);
     }
@@ -49,6 +75,19 @@ impl fmt::Display for CapacityConfig {
 }
 
 /// What is wrong with one part of a capacity configuration string.
+///
+/// ```
+/// use runcache::constant::{parse_capacity_config, CapacityParseErrorKind as Kind};
+///
+/// let kinds: Vec<Kind> = ["", "cpu:1;", "cpu", "tpu:1", "cpu:-1", "cpu:10GB"]
+///     .iter()
+///     .map(|s| parse_capacity_config(s).errors[0].kind)
+///     .collect();
+/// assert_eq!(
+///     kinds,
+///     [Kind::Empty, Kind::TrailingSeparator, Kind::MissingColon, Kind::UnknownDevice, Kind::Negative, Kind::NotANumber]
+/// );
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CapacityParseErrorKind {
@@ -75,6 +114,18 @@ pub enum CapacityParseErrorKind {
 }
 
 /// One error in a capacity configuration string: what, which token, and where.
+///
+/// ```
+/// use runcache::constant::{parse_capacity_config, CapacityParseErrorKind};
+///
+/// let parsed = parse_capacity_config("cpu:1024;gpu:lots");
+/// let err = &parsed.errors[0];
+/// assert_eq!((err.kind, err.token.as_str(), err.position), (CapacityParseErrorKind::NotANumber, "lots", 13));
+/// assert_eq!(
+///     err.to_string(),
+///     "capacity configuration: size is not a whole number of MiB `lots` at byte 13 (digits only, e.g. `2048`)"
+/// );
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CapacityParseError {
@@ -116,6 +167,16 @@ impl std::error::Error for CapacityParseError {}
 
 /// The result of parsing: the capacities of the well-formed fields, and an error for each bad
 /// one (whose kind then keeps its default).
+///
+/// ```
+/// use runcache::constant::{parse_capacity_config, DeviceKind};
+///
+/// // The good field applies; the bad one is reported and leaves its kind at the default.
+/// let parsed = parse_capacity_config("cpu:256;gpu:-5");
+/// assert_eq!(parsed.config.get(DeviceKind::Cpu), Some(256));
+/// assert_eq!(parsed.config.get(DeviceKind::Gpu), None);
+/// assert_eq!(parsed.errors.len(), 1);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ParsedCapacity {
     /// The capacities that well-formed fields set.
@@ -129,6 +190,14 @@ impl ParsedCapacity {
     ///
     /// # Errors
     /// The errors found, when there is at least one.
+    ///
+    /// ```
+    /// use runcache::constant::parse_capacity_config;
+    ///
+    /// assert!(parse_capacity_config("cpu:1;gpu:2").into_result().is_ok());
+    /// let errors = parse_capacity_config("cpu:1;;gpu:x").into_result().unwrap_err();
+    /// assert_eq!(errors.len(), 2);
+    /// ```
     pub fn into_result(self) -> Result<CapacityConfig, Vec<CapacityParseError>> {
         if self.errors.is_empty() {
             Ok(self.config)
@@ -140,6 +209,17 @@ impl ParsedCapacity {
 
 /// Parses a capacity configuration such as `cpu:10240;gpu:2048` (MiB). Pure: reads no
 /// environment and changes nothing, so a program can validate its configuration up front.
+///
+/// ```
+/// use runcache::constant::{parse_capacity_config, DeviceKind};
+///
+/// // Validate a configuration up front, before any cache reads the environment.
+/// match parse_capacity_config("cpu:10240;gpu:2048").into_result() {
+///     Ok(config) => assert_eq!(config.get(DeviceKind::Cpu), Some(10240)),
+///     Err(errors) => panic!("bad configuration: {errors:?}"),
+/// }
+/// ```
+#[must_use = "parsing changes nothing: the result is the only outcome"]
 pub fn parse_capacity_config(s: &str) -> ParsedCapacity {
     use CapacityParseErrorKind as K;
     let mut out = ParsedCapacity::default();

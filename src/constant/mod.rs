@@ -73,6 +73,15 @@ const MIB: u64 = 1 << 20;
 ///
 /// (oneDNN packs them into one `size_t` by shifting the backend key left by 4, losing its top
 /// bits; two keys that differ only there collide. Here they cannot.)
+///
+/// ```
+/// use runcache::constant::ConstantKey;
+///
+/// // Both halves are kept whole: keys that differ only in their top bits stay apart.
+/// let a = ConstantKey::new(1, u64::MAX);
+/// let b = ConstantKey::new(1, u64::MAX >> 4);
+/// assert_ne!(a, b);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConstantKey {
     /// Which backend made the constant.
@@ -83,6 +92,13 @@ pub struct ConstantKey {
 
 impl ConstantKey {
     /// A key from a backend id and the backend's own key.
+    ///
+    /// ```
+    /// use runcache::constant::ConstantKey;
+    ///
+    /// const WEIGHTS: ConstantKey = ConstantKey::new(2, 0xBEEF);
+    /// assert_eq!((WEIGHTS.backend, WEIGHTS.key), (2, 0xBEEF));
+    /// ```
     pub const fn new(backend: u64, key: u64) -> Self {
         Self { backend, key }
     }
@@ -90,6 +106,22 @@ impl ConstantKey {
 
 /// Why [`ConstantCache::get_or_add`] returned no buffer. Shared (in an `Arc`) by the caller
 /// that built and every caller that waited on that attempt; nothing is cached.
+///
+/// ```
+/// use runcache::constant::{AddError, ConstantCache, ConstantKey};
+/// use runcache::{ConstantBuffer, DeviceKind};
+///
+/// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+/// // The builder made 64 bytes where the caller declared 100.
+/// let err = cache
+///     .get_or_add(ConstantKey::new(0, 1), 100, || ConstantBuffer::host(64))
+///     .unwrap_err();
+/// match &*err {
+///     AddError::SizeMismatch { declared, buffer } => assert_eq!((*declared, buffer.size()), (100, 64)),
+///     other => panic!("unexpected error: {other}"),
+/// }
+/// assert!(cache.is_empty(), "nothing is cached");
+/// ```
 #[non_exhaustive]
 pub enum AddError<E> {
     /// The builder failed.
@@ -162,6 +194,18 @@ impl<E: fmt::Debug> fmt::Debug for AddError<E> {
 impl<E: fmt::Debug + fmt::Display> std::error::Error for AddError<E> {}
 
 /// A buffer from [`ConstantCache::get_or_add`] and where it came from.
+///
+/// ```
+/// use runcache::constant::{ConstantCache, ConstantKey};
+/// use runcache::{ConstantBuffer, DeviceKind, Source};
+///
+/// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 100);
+/// let key = ConstantKey::new(0, 1);
+/// // 128 bytes do not fit in 100: the caller still gets its buffer, uncached.
+/// let added = cache.get_or_add(key, 128, || ConstantBuffer::host(128)).unwrap();
+/// assert_eq!((added.source, added.buffer.size()), (Source::Uncached, 128));
+/// assert_eq!(cache.rejected_bytes(), 128);
+/// ```
 #[derive(Debug)]
 pub struct Added {
     /// The buffer; it stays alive while held, even after it leaves the cache.
@@ -173,6 +217,24 @@ pub struct Added {
 }
 
 /// A cache of constant buffers for one device kind, with a byte budget.
+///
+/// ```
+/// use runcache::constant::{ConstantCache, ConstantKey};
+/// use runcache::{ConstantBuffer, DeviceKind, Source};
+///
+/// let weights = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 8 << 10);
+/// let reorder = |bytes: usize| {
+///     let mut buffer = ConstantBuffer::host(bytes)?;
+///     buffer.as_mut_slice().unwrap().fill(1);
+///     Ok::<_, runcache::AllocError>(buffer)
+/// };
+/// for layer in 0..3 {
+///     let added = weights.get_or_add(ConstantKey::new(0, layer), 4 << 10, || reorder(4 << 10)).unwrap();
+///     let expected = if layer < 2 { Source::Cached } else { Source::Uncached };
+///     assert_eq!(added.source, expected, "the third layer does not fit: rejected, not evicting");
+/// }
+/// assert_eq!((weights.len(), weights.size()), (2, 8 << 10));
+/// ```
 pub struct ConstantCache {
     device: DeviceKind,
     cache: Cache<ConstantKey, ConstantBuffer>,
@@ -183,11 +245,29 @@ pub struct ConstantCache {
 
 impl ConstantCache {
     /// A cache for `device` with capacity 0: off until a capacity is set.
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// let cache = ConstantCache::new(DeviceKind::Cpu);
+    /// assert_eq!(cache.capacity(), 0, "off until a capacity is set");
+    /// cache.set_capacity_mb(16);
+    /// assert_eq!(cache.capacity(), 16 << 20);
+    /// ```
     pub fn new(device: DeviceKind) -> Self {
         Self::with_capacity_bytes(device, 0)
     }
 
     /// A cache for `device` holding at most `bytes` bytes.
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Gpu, 3 << 20);
+    /// assert_eq!((cache.device(), cache.capacity_mb()), (DeviceKind::Gpu, 3));
+    /// ```
     pub fn with_capacity_bytes(device: DeviceKind, bytes: u64) -> Self {
         let cache = Cache::builder()
             .capacity(bytes)
@@ -205,6 +285,13 @@ impl ConstantCache {
     }
 
     /// The device kind of this cache.
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// assert_eq!(ConstantCache::new(DeviceKind::Gpu).device(), DeviceKind::Gpu);
+    /// ```
     pub fn device(&self) -> DeviceKind {
         self.device
     }
@@ -217,6 +304,22 @@ impl ConstantCache {
     /// [`AddError`], shared by this caller and everyone who waited on the same attempt: the
     /// builder's error, or a built buffer of another size or device (handed back inside the
     /// error). Nothing is cached; the next call builds again.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind, Source};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// let key = ConstantKey::new(0, 7);
+    /// let first = cache.get_or_add(key, 256, || ConstantBuffer::host(256)).unwrap();
+    /// assert_eq!(first.source, Source::Cached);
+    /// let second = cache.get_or_add(key, 256, || -> Result<_, runcache::AllocError> { unreachable!() });
+    /// assert_eq!(second.unwrap().source, Source::Hit);
+    /// // A failed build reaches its caller and is not cached.
+    /// let failed = cache.get_or_add(ConstantKey::new(0, 8), 64, || Err("reorder failed"));
+    /// assert!(failed.is_err());
+    /// assert_eq!(cache.len(), 1);
+    /// ```
     pub fn get_or_add<E>(
         &self,
         key: ConstantKey,
@@ -241,6 +344,20 @@ impl ConstantCache {
     /// # Errors
     /// As [`get_or_add`](Self::get_or_add), and [`AddError::Recursion`] if `build` asks for
     /// its own key from inside its poll.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind, Source};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// let added = cache
+    ///     .get_or_add_async(ConstantKey::new(0, 1), 512, async { ConstantBuffer::host(512) })
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!((added.source, cache.size()), (Source::Cached, 512));
+    /// # });
+    /// ```
     pub async fn get_or_add_async<E, F>(
         &self,
         key: ConstantKey,
@@ -324,6 +441,17 @@ impl ConstantCache {
     }
 
     /// The cached buffer for `key`, if any.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// let key = ConstantKey::new(0, 1);
+    /// assert!(cache.get(key).is_none());
+    /// cache.get_or_add(key, 64, || ConstantBuffer::host(64)).unwrap();
+    /// assert_eq!(cache.get(key).unwrap().size(), 64);
+    /// ```
     pub fn get(&self, key: ConstantKey) -> Option<Handle<ConstantBuffer>> {
         let buffer = self.cache.get(&key)?;
         // Relaxed: see `get_or_add`.
@@ -333,6 +461,20 @@ impl ConstantCache {
 
     /// Removes the buffer for `key` if it is cached; returns whether it was. Callers that
     /// hold the buffer keep it (it then counts in [`pinned_bytes`](Self::pinned_bytes)).
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// let key = ConstantKey::new(0, 1);
+    /// let held = cache.get_or_add(key, 64, || ConstantBuffer::host(64)).unwrap().buffer;
+    /// assert!(cache.remove_if_exist(key));
+    /// assert!(!cache.remove_if_exist(key));
+    /// assert_eq!((cache.size(), cache.pinned_bytes()), (0, 64), "held outside the cache");
+    /// drop(held);
+    /// assert_eq!(cache.pinned_bytes(), 0);
+    /// ```
     pub fn remove_if_exist(&self, key: ConstantKey) -> bool {
         let removed = self.cache.remove(&key).is_some();
         self.cache.reclaim();
@@ -341,6 +483,18 @@ impl ConstantCache {
 
     /// Removes every cached buffer. Buffers nobody holds are freed before it returns (unless
     /// another thread is in the middle of a lookup that could still see them).
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// for k in 0..4 {
+    ///     cache.get_or_add(ConstantKey::new(0, k), 64, || ConstantBuffer::host(64)).unwrap();
+    /// }
+    /// cache.clear();
+    /// assert_eq!((cache.len(), cache.size(), cache.pinned_bytes()), (0, 0, 0));
+    /// ```
     pub fn clear(&self) {
         self.cache.clear();
         self.cache.reclaim();
@@ -354,28 +508,78 @@ impl ConstantCache {
     }
 
     /// Bytes of cached buffers. Never blocks, not even while a build is in flight.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// cache.get_or_add(ConstantKey::new(0, 1), 1000, || ConstantBuffer::host(1000)).unwrap();
+    /// cache.get_or_add(ConstantKey::new(0, 2), 24, || ConstantBuffer::host(24)).unwrap();
+    /// assert_eq!(cache.size(), 1024);
+    /// ```
     pub fn size(&self) -> u64 {
         self.cache.weighted_size()
     }
 
     /// Bytes cached and the capacity, read together in one atomic load: the first is never
     /// above the second, even while other threads change either.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 4096);
+    /// cache.get_or_add(ConstantKey::new(0, 1), 1024, || ConstantBuffer::host(1024)).unwrap();
+    /// let (size, capacity) = cache.size_and_capacity();
+    /// assert_eq!((size, capacity), (1024, 4096));
+    /// ```
     pub fn size_and_capacity(&self) -> (u64, u64) {
         self.cache.weighted_size_and_capacity()
     }
 
     /// The capacity in bytes.
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 5000);
+    /// assert_eq!(cache.capacity(), 5000);
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.cache.capacity()
     }
 
     /// The capacity in MiB (rounded down).
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, (3 << 20) + 5);
+    /// assert_eq!(cache.capacity_mb(), 3, "rounded down");
+    /// ```
     pub fn capacity_mb(&self) -> u64 {
         self.capacity() / MIB
     }
 
     /// Sets the capacity in bytes: a larger one keeps every buffer, a smaller one removes the
     /// least recently used until the rest fits, 0 clears the cache and turns it off.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 300);
+    /// for k in 0..3 {
+    ///     cache.get_or_add(ConstantKey::new(0, k), 100, || ConstantBuffer::host(100)).unwrap();
+    /// }
+    /// cache.get(ConstantKey::new(0, 0)); // key 0 is now the most recently used
+    /// cache.set_capacity_bytes(200); // removes the least recently used, key 1
+    /// assert!(cache.get(ConstantKey::new(0, 0)).is_some());
+    /// assert!(cache.get(ConstantKey::new(0, 1)).is_none());
+    /// ```
     pub fn set_capacity_bytes(&self, bytes: u64) {
         self.cache.set_capacity_by(bytes, |_, b| b.last_used());
         self.cache.reclaim();
@@ -383,6 +587,17 @@ impl ConstantCache {
 
     /// Sets the capacity in MiB (saturating at `u64::MAX` bytes); see
     /// [`set_capacity_bytes`](Self::set_capacity_bytes).
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// let cache = ConstantCache::new(DeviceKind::Cpu);
+    /// cache.set_capacity_mb(2);
+    /// assert_eq!(cache.capacity(), 2 << 20);
+    /// cache.set_capacity_mb(u64::MAX);
+    /// assert_eq!(cache.capacity(), u64::MAX, "saturates");
+    /// ```
     pub fn set_capacity_mb(&self, mb: u64) {
         self.set_capacity_bytes(mb.saturating_mul(MIB));
     }
@@ -390,28 +605,79 @@ impl ConstantCache {
     /// Bytes of buffers that are not in the cache — evicted, removed, or built but not cached
     /// — and still allocated: because callers hold them, or, for a moment after the last
     /// holder lets go, because epoch reclamation has not run yet.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 100);
+    /// // Does not fit: handed back uncached, and counted as pinned while held.
+    /// let big = cache.get_or_add(ConstantKey::new(0, 1), 400, || ConstantBuffer::host(400)).unwrap();
+    /// assert_eq!(cache.size() + cache.pinned_bytes(), 400, "the real footprint");
+    /// drop(big);
+    /// assert_eq!(cache.pinned_bytes(), 0);
+    /// ```
     pub fn pinned_bytes(&self) -> u64 {
         // Relaxed: a byte statistic.
         self.ledger.pinned.load(Ordering::Relaxed)
     }
 
     /// Bytes of buffers built by this cache's callers that did not fit, since creation.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 100);
+    /// cache.get_or_add(ConstantKey::new(0, 1), 60, || ConstantBuffer::host(60)).unwrap();
+    /// cache.get_or_add(ConstantKey::new(0, 2), 60, || ConstantBuffer::host(60)).unwrap();
+    /// assert_eq!(cache.rejected_bytes(), 60, "the second did not fit");
+    /// ```
     pub fn rejected_bytes(&self) -> u64 {
         // Relaxed: a byte statistic.
         self.ledger.rejected.load(Ordering::Relaxed)
     }
 
     /// The number of cached buffers.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// cache.get_or_add(ConstantKey::new(0, 1), 8, || ConstantBuffer::host(8)).unwrap();
+    /// assert_eq!(cache.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
         self.cache.len()
     }
 
     /// Whether no buffer is cached.
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// assert!(ConstantCache::new(DeviceKind::Cpu).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
     }
 
     /// The activity counters of the underlying cache.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind};
+    ///
+    /// let cache = ConstantCache::with_capacity_bytes(DeviceKind::Cpu, 1 << 20);
+    /// let key = ConstantKey::new(0, 1);
+    /// for _ in 0..3 {
+    ///     cache.get_or_add(key, 8, || ConstantBuffer::host(8)).unwrap();
+    /// }
+    /// let stats = cache.stats();
+    /// assert_eq!((stats.builds, stats.hits), (1, 2));
+    /// ```
     pub fn stats(&self) -> Stats {
         self.cache.stats()
     }
@@ -429,6 +695,22 @@ impl fmt::Debug for ConstantCache {
 }
 
 /// What the process-wide caches found in the environment on first use.
+///
+/// ```
+/// use runcache::constant::{self, DeviceKind};
+///
+/// // Read once, on first use of a process-wide cache.
+/// let report = constant::env_report();
+/// match &report.value {
+///     None => assert!(report.parsed.errors.is_empty()),
+///     Some(value) => {
+///         for e in &report.parsed.errors {
+///             eprintln!("{}={value}: {e}", constant::ENV_VAR);
+///         }
+///     }
+/// }
+/// assert_eq!(report.parsed.config.get(DeviceKind::Cpu), constant::env_capacity_mb(DeviceKind::Cpu));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EnvReport {
@@ -467,32 +749,85 @@ fn global() -> &'static Global {
 }
 
 /// The process-wide constant cache of `kind`.
+///
+/// ```
+/// use runcache::constant::{self, ConstantKey, DeviceKind};
+/// use runcache::ConstantBuffer;
+///
+/// constant::set_capacity_mb(DeviceKind::Cpu, 64); // or RUNCACHE_CONSTANT_CACHE_CAPACITY=cpu:64
+/// let weights = constant::cache(DeviceKind::Cpu);
+/// let added = weights.get_or_add(ConstantKey::new(0, 1), 128, || ConstantBuffer::host(128)).unwrap();
+/// assert!(runcache::Handle::ptr_eq(&added.buffer, &constant::cache(DeviceKind::Cpu).get(ConstantKey::new(0, 1)).unwrap()));
+/// ```
 pub fn cache(kind: DeviceKind) -> &'static ConstantCache {
     &global().caches[kind.index()]
 }
 
 /// What the process-wide caches read from `RUNCACHE_CONSTANT_CACHE_CAPACITY`, errors included.
+///
+/// ```
+/// use runcache::constant;
+///
+/// let report = constant::env_report();
+/// if report.value.is_none() {
+///     assert_eq!(report.parsed, Default::default(), "unset: nothing applied, nothing wrong");
+/// }
+/// ```
 pub fn env_report() -> &'static EnvReport {
     &global().env
 }
 
 /// The capacity the environment variable set for `kind`, in MiB, if it set one.
+///
+/// ```
+/// use runcache::constant::{self, DeviceKind};
+///
+/// // Whatever the environment said, an explicit setting wins.
+/// let from_env = constant::env_capacity_mb(DeviceKind::Gpu);
+/// constant::set_capacity_mb(DeviceKind::Gpu, 512);
+/// assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 512);
+/// assert_eq!(constant::env_capacity_mb(DeviceKind::Gpu), from_env, "the report does not change");
+/// ```
 pub fn env_capacity_mb(kind: DeviceKind) -> Option<u64> {
     global().env.parsed.config.get(kind)
 }
 
 /// Sets the capacity of the process-wide cache of `kind`, in MiB (overrides the environment).
+///
+/// ```
+/// use runcache::constant::{self, DeviceKind};
+///
+/// constant::set_capacity_mb(DeviceKind::Cpu, 1024);
+/// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), 1 << 30);
+/// ```
 pub fn set_capacity_mb(kind: DeviceKind, mb: u64) {
     cache(kind).set_capacity_mb(mb);
 }
 
 /// The capacity of the process-wide cache of `kind`, in MiB.
+///
+/// ```
+/// use runcache::constant::{self, DeviceKind};
+///
+/// constant::set_capacity_mb(DeviceKind::Cpu, 10);
+/// assert_eq!(constant::capacity_mb(DeviceKind::Cpu), 10);
+/// ```
 pub fn capacity_mb(kind: DeviceKind) -> u64 {
     cache(kind).capacity_mb()
 }
 
 /// The legacy switch: `true` sets every process-wide cache to unlimited capacity, `false`
 /// to 0 (clear and off).
+///
+/// ```
+/// use runcache::constant::{self, DeviceKind};
+///
+/// constant::set_enabled(false);
+/// assert!(!constant::is_enabled());
+/// assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 0);
+/// constant::set_enabled(true);
+/// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), u64::MAX);
+/// ```
 pub fn set_enabled(enabled: bool) {
     for kind in DeviceKind::ALL {
         cache(kind).set_capacity_bytes(if enabled { u64::MAX } else { 0 });
@@ -500,6 +835,14 @@ pub fn set_enabled(enabled: bool) {
 }
 
 /// Whether any process-wide cache has a capacity above 0.
+///
+/// ```
+/// use runcache::constant::{self, DeviceKind};
+///
+/// constant::set_enabled(false);
+/// constant::set_capacity_mb(DeviceKind::Cpu, 1);
+/// assert!(constant::is_enabled(), "one kind with a capacity is enough");
+/// ```
 pub fn is_enabled() -> bool {
     DeviceKind::ALL.iter().any(|k| cache(*k).capacity() > 0)
 }

@@ -45,6 +45,16 @@ use std::future::Future;
 use std::hash::Hash;
 
 /// An owner of entries (an executor, say), for [`GroupedCache::clear_owner`].
+///
+/// ```
+/// use runcache::grouped::{GroupedCache, OwnerId};
+///
+/// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+/// let executor = OwnerId(1);
+/// cache.owner(executor).set(&0, &8, &"a", 1);
+/// cache.clear_owner(executor);
+/// assert!(cache.is_empty());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OwnerId(pub u64);
 
@@ -68,10 +78,33 @@ struct OwnerLog<S, G, N, V> {
 }
 
 /// Trait bounds shared by the key parts.
+///
+/// ```
+/// use runcache::grouped::GroupedCache;
+///
+/// // Any hashable, clonable, thread-safe type is a key part: here a session id, an input
+/// // shape and an object name.
+/// let cache: GroupedCache<u64, Vec<usize>, String, f32> = GroupedCache::new(4);
+/// cache.set(&1, &vec![1, 3, 224, 224], &"scale".to_string(), 0.5);
+/// assert_eq!(cache.len(), 1);
+/// ```
 pub trait Part: Hash + Eq + Clone + Send + Sync + 'static {}
 impl<T: Hash + Eq + Clone + Send + Sync + 'static> Part for T {}
 
 /// See the [module docs](self).
+///
+/// ```
+/// use runcache::grouped::{GroupedCache, OwnerId};
+///
+/// // session -> input shape -> name; at most 8 shapes per session.
+/// let blobs: GroupedCache<u32, (u32, u32), &str, String> = GroupedCache::new(8);
+/// let executor = blobs.owner(OwnerId(7));
+/// let conv = executor.get_or_insert_with(&1, &(1, 224), &"conv1", || "conv1 for 224".into());
+/// assert_eq!(*conv, "conv1 for 224");
+/// blobs.clear_owner(OwnerId(7)); // the executor finished
+/// assert!(blobs.get(&1, &(1, 224), "conv1").is_none());
+/// assert_eq!(*conv, "conv1 for 224", "what a caller holds survives");
+/// ```
 pub struct GroupedCache<S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
     groups_per_session: usize,
     values: Cache<(S, G, N), V>,
@@ -84,6 +117,20 @@ pub struct GroupedCache<S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
 }
 
 /// Defers [`GroupedCache::clear_owner`] calls while it lives; see the module docs.
+///
+/// ```
+/// use runcache::grouped::{GroupedCache, OwnerId};
+///
+/// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+/// cache.owner(OwnerId(3)).set(&0, &1, &"a", 1);
+/// {
+///     let _outer = cache.hold_clears();
+///     let _inner = cache.hold_clears();
+///     cache.clear_owner(OwnerId(3));
+///     assert_eq!(cache.len(), 1, "deferred while any hold lives");
+/// }
+/// assert!(cache.is_empty());
+/// ```
 #[must_use = "the hold ends (and deferred clears run) when this is dropped"]
 pub struct ClearHold<'a, S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
     cache: &'a GroupedCache<S, G, N, V>,
@@ -109,6 +156,16 @@ fn unbounded<K: Hash + Eq + Send + Sync + 'static, V: Send + Sync + 'static>() -
 
 impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, V> {
     /// A grouped cache keeping at most `groups_per_session` groups per session (0: no limit).
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(1);
+    /// cache.set(&0, &10, &"a", 1);
+    /// cache.set(&0, &20, &"a", 2); // a second group: the first is evicted whole
+    /// assert_eq!(cache.group_count(&0), 1);
+    /// assert!(cache.get(&0, &10, "a").is_none());
+    /// ```
     pub fn new(groups_per_session: usize) -> Self {
         Self {
             groups_per_session,
@@ -122,6 +179,16 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// The value stored under `(session, group, name)`. One lock-free lookup; clones nothing.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, String, u32> = GroupedCache::new(0);
+    /// cache.set(&0, &1, &"weights".to_string(), 5);
+    /// // `name` may be borrowed: a `&str` finds a `String` name.
+    /// assert_eq!(cache.get(&0, &1, "weights").as_deref(), Some(&5));
+    /// assert!(cache.get(&0, &2, "weights").is_none());
+    /// ```
     pub fn get<Q>(&self, session: &S, group: &G, name: &Q) -> Option<Handle<V>>
     where
         N: std::borrow::Borrow<Q>,
@@ -135,12 +202,29 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
 
     /// Stores `value` under `(session, group, name)`, creating the group (and evicting the
     /// session's oldest group if that exceeds the capacity). Returns the value it replaced.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// assert!(cache.set(&0, &1, &"a", 1).is_none());
+    /// assert_eq!(cache.set(&0, &1, &"a", 2).as_deref(), Some(&1), "the replaced value");
+    /// ```
     pub fn set(&self, session: &S, group: &G, name: &N, value: V) -> Option<Handle<V>> {
         self.set_as(None, session, group, name, value)
     }
 
     /// The value under `(session, group, name)`, built once by `build` if missing
     /// (single-flight, as the core cache).
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, String> = GroupedCache::new(0);
+    /// let a = cache.get_or_insert_with(&0, &1, &"pool", || "built".to_string());
+    /// let b = cache.get_or_insert_with(&0, &1, &"pool", || unreachable!());
+    /// assert!(runcache::Handle::ptr_eq(&a, &b));
+    /// ```
     pub fn get_or_insert_with(
         &self,
         session: &S,
@@ -158,6 +242,16 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     /// # Errors
     /// [`RecursionError`], with the key, if `build` asks for its own key from inside its
     /// poll.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// let value = cache.get_or_insert_with_async(&0, &1, &"k", async { 3 }).await.unwrap();
+    /// assert_eq!(*value, 3);
+    /// # });
+    /// ```
     pub async fn get_or_insert_with_async<F: Future<Output = V>>(
         &self,
         session: &S,
@@ -170,6 +264,17 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// A handle whose inserts are recorded as `owner`'s, for [`clear_owner`](Self::clear_owner).
+    ///
+    /// ```
+    /// use runcache::grouped::{GroupedCache, OwnerId};
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// cache.owner(OwnerId(1)).set(&0, &1, &"a", 1);
+    /// cache.owner(OwnerId(2)).set(&0, &1, &"b", 2);
+    /// cache.clear_owner(OwnerId(1));
+    /// assert!(cache.get(&0, &1, "a").is_none());
+    /// assert!(cache.get(&0, &1, "b").is_some(), "another owner's entries stay");
+    /// ```
     pub fn owner(&self, owner: OwnerId) -> Owned<'_, S, G, N, V> {
         Owned { cache: self, owner }
     }
@@ -373,6 +478,16 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// Removes every group of `session` (callers holding values keep them).
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// cache.set(&1, &8, &"a", 1);
+    /// cache.set(&2, &8, &"a", 2);
+    /// cache.clear_session(&1);
+    /// assert_eq!((cache.group_count(&1), cache.len()), (0, 1));
+    /// ```
     pub fn clear_session(&self, session: &S) {
         let Some(sess) = self.sessions.remove(session) else {
             return;
@@ -387,6 +502,16 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// Removes everything.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// cache.set(&1, &8, &"a", 1);
+    /// cache.set(&2, &9, &"b", 2);
+    /// cache.clear();
+    /// assert!(cache.is_empty());
+    /// ```
     pub fn clear(&self) {
         while let Some(s) = self.session_ids.pop() {
             self.clear_session(&s);
@@ -396,6 +521,16 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
 
     /// Removes every entry `owner` stored that still holds the value it stored (an entry
     /// another owner replaced since is left alone). Deferred while a [`ClearHold`] lives.
+    ///
+    /// ```
+    /// use runcache::grouped::{GroupedCache, OwnerId};
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// cache.owner(OwnerId(1)).set(&0, &1, &"a", 1);
+    /// cache.owner(OwnerId(2)).set(&0, &1, &"a", 2); // owner 2 replaced it
+    /// cache.clear_owner(OwnerId(1));
+    /// assert_eq!(cache.get(&0, &1, "a").as_deref(), Some(&2), "owner 2's value is not owner 1's");
+    /// ```
     pub fn clear_owner(&self, owner: OwnerId) {
         // Acquire: pairs with the AcqRel in `ClearHold::drop`.
         if self.holds.load(Ordering::Acquire) > 0 {
@@ -423,6 +558,18 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// Defers `clear_owner` calls until every hold has dropped (for nested executors).
+    ///
+    /// ```
+    /// use runcache::grouped::{GroupedCache, OwnerId};
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// cache.owner(OwnerId(1)).set(&0, &1, &"a", 1);
+    /// let hold = cache.hold_clears(); // an outer executor runs an inner one
+    /// cache.clear_owner(OwnerId(1)); // deferred
+    /// assert_eq!(cache.len(), 1);
+    /// drop(hold); // the deferred clear runs now
+    /// assert!(cache.is_empty());
+    /// ```
     pub fn hold_clears(&self) -> ClearHold<'_, S, G, N, V> {
         // AcqRel: pairs with the AcqRel in `ClearHold::drop`.
         self.holds.fetch_add(1, Ordering::AcqRel);
@@ -430,6 +577,17 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// Groups in `session` now.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(2);
+    /// for shape in 0..5 {
+    ///     cache.set(&0, &shape, &"a", shape);
+    /// }
+    /// assert_eq!(cache.group_count(&0), 2);
+    /// assert_eq!(cache.group_count(&1), 0);
+    /// ```
     pub fn group_count(&self, session: &S) -> usize {
         self.sessions
             .get(session)
@@ -437,11 +595,27 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// Entries stored, in all sessions.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// cache.set(&0, &1, &"a", 1);
+    /// cache.set(&0, &1, &"b", 2);
+    /// assert_eq!(cache.len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.values.len()
     }
 
     /// Whether no entry is stored.
+    ///
+    /// ```
+    /// use runcache::grouped::GroupedCache;
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// assert!(cache.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
@@ -457,6 +631,17 @@ fn same<'a, S: Part, G: Part, N: Part>(
 }
 
 /// Inserts recorded as one owner's; see [`GroupedCache::owner`].
+///
+/// ```
+/// use runcache::grouped::{GroupedCache, OwnerId};
+///
+/// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+/// let mine = cache.owner(OwnerId(9));
+/// mine.set(&0, &1, &"x", 1);
+/// mine.get_or_insert_with(&0, &1, &"y", || 2);
+/// cache.clear_owner(OwnerId(9));
+/// assert!(cache.is_empty());
+/// ```
 pub struct Owned<'a, S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
     cache: &'a GroupedCache<S, G, N, V>,
     owner: OwnerId,
@@ -464,12 +649,33 @@ pub struct Owned<'a, S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
 
 impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> {
     /// [`GroupedCache::set`], recorded as this owner's.
+    ///
+    /// ```
+    /// use runcache::grouped::{GroupedCache, OwnerId};
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// assert!(cache.owner(OwnerId(1)).set(&0, &1, &"a", 1).is_none());
+    /// assert_eq!(cache.len(), 1);
+    /// ```
     pub fn set(&self, session: &S, group: &G, name: &N, value: V) -> Option<Handle<V>> {
         self.cache
             .set_as(Some(self.owner), session, group, name, value)
     }
 
     /// [`GroupedCache::get_or_insert_with`], recorded as this owner's when it builds.
+    ///
+    /// ```
+    /// use runcache::grouped::{GroupedCache, OwnerId};
+    ///
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// let built = cache.owner(OwnerId(1)).get_or_insert_with(&0, &1, &"a", || 1);
+    /// // Found, not built: the entry stays owner 1's.
+    /// cache.owner(OwnerId(2)).get_or_insert_with(&0, &1, &"a", || 2);
+    /// cache.clear_owner(OwnerId(2));
+    /// assert_eq!(cache.get(&0, &1, "a").as_deref(), Some(&*built));
+    /// cache.clear_owner(OwnerId(1));
+    /// assert!(cache.is_empty());
+    /// ```
     pub fn get_or_insert_with(
         &self,
         session: &S,
@@ -485,6 +691,18 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> 
     ///
     /// # Errors
     /// As [`GroupedCache::get_or_insert_with_async`].
+    ///
+    /// ```
+    /// use runcache::grouped::{GroupedCache, OwnerId};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache: GroupedCache<u32, u32, &str, u32> = GroupedCache::new(0);
+    /// let executor = cache.owner(OwnerId(4));
+    /// executor.get_or_insert_with_async(&0, &1, &"a", async { 1 }).await.unwrap();
+    /// cache.clear_owner(OwnerId(4));
+    /// assert!(cache.is_empty());
+    /// # });
+    /// ```
     pub async fn get_or_insert_with_async<F: Future<Output = V>>(
         &self,
         session: &S,
@@ -495,6 +713,23 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> 
         self.cache
             .get_or_insert_as_async(Some(self.owner), session, group, name, build)
             .await
+    }
+}
+
+impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> fmt::Debug for Owned<'_, S, G, N, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owned")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> fmt::Debug for ClearHold<'_, S, G, N, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClearHold")
+            // Relaxed: a diagnostic.
+            .field("holds", &self.cache.holds.load(Ordering::Relaxed))
+            .finish()
     }
 }
 

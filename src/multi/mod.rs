@@ -77,6 +77,17 @@ where
 }
 
 /// One evicting cache per (key type, value type); see the [module docs](self).
+///
+/// ```
+/// use runcache::multi::MultiCache;
+///
+/// // One cache per key type, each holding at most 100 entries.
+/// let cache = MultiCache::new(100);
+/// let (gemm, _) = cache.get_or_create(&(64u32, 64u32), |&(m, n)| format!("gemm {m}x{n}"));
+/// let (relu, _) = cache.get_or_create(&"relu", |name| name.len());
+/// assert_eq!((gemm.as_str(), *relu), ("gemm 64x64", 4));
+/// assert_eq!(cache.type_count(), 2);
+/// ```
 pub struct MultiCache {
     capacity: u64,
     /// `TypeId::of::<Cache<K, V>>()` → that cache, created on first use, kept until drop.
@@ -92,6 +103,14 @@ impl Default for MultiCache {
 impl MultiCache {
     /// A multi-cache whose per-type caches each hold at most `capacity` entries (0: none, so
     /// every call builds).
+    ///
+    /// ```
+    /// use runcache::{multi::MultiCache, Lookup};
+    ///
+    /// let off = MultiCache::new(0); // every call builds
+    /// assert_eq!(off.get_or_create(&1u8, |k| *k).1, Lookup::Miss);
+    /// assert_eq!(off.get_or_create(&1u8, |k| *k).1, Lookup::Miss);
+    /// ```
     pub fn new(capacity: u64) -> Self {
         Self {
             capacity,
@@ -100,11 +119,25 @@ impl MultiCache {
     }
 
     /// The capacity of each per-type cache.
+    ///
+    /// ```
+    /// use runcache::multi::{MultiCache, DEFAULT_CAPACITY};
+    ///
+    /// assert_eq!(MultiCache::default().capacity(), DEFAULT_CAPACITY);
+    /// assert_eq!(MultiCache::new(10).capacity(), 10);
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// How many per-type caches exist.
+    ///
+    /// ```
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// cache.get_or_create(&1u32, |k| *k);
+    /// cache.get_or_create(&1u32, |k| k.to_string()); // same key type, another value type
+    /// assert_eq!(cache.type_count(), 2);
+    /// ```
     pub fn type_count(&self) -> usize {
         let mut n = 0;
         self.types.for_each(|_| n += 1);
@@ -126,6 +159,16 @@ impl MultiCache {
 
     /// The value for `key`, built by `build` if missing, and whether it was found (the shape
     /// of OpenVINO's `getOrCreate`). Single-flight per key, as the core cache.
+    ///
+    /// ```
+    /// use runcache::{multi::MultiCache, Lookup};
+    ///
+    /// let cache = MultiCache::new(10);
+    /// let (value, how) = cache.get_or_create(&"conv", |k| k.len());
+    /// assert_eq!((*value, how), (4, Lookup::Miss));
+    /// let (_, how) = cache.get_or_create(&"conv", |_| -> usize { unreachable!() });
+    /// assert_eq!(how, Lookup::Hit);
+    /// ```
     pub fn get_or_create<K, V>(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Handle<V>, Lookup)
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -140,6 +183,14 @@ impl MultiCache {
     ///
     /// # Errors
     /// The builder's error.
+    ///
+    /// ```
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// let err = cache.try_get_or_create(&7u32, |_| Err::<String, _>("unsupported shape"));
+    /// assert_eq!(*err.unwrap_err(), "unsupported shape");
+    /// let (ok, _) = cache.try_get_or_create(&7u32, |k| Ok::<_, &str>(k.to_string())).unwrap();
+    /// assert_eq!(*ok, "7");
+    /// ```
     pub fn try_get_or_create<K, V, E>(
         &self,
         key: &K,
@@ -158,6 +209,13 @@ impl MultiCache {
 
     /// Like [`get_or_create`](Self::get_or_create), for a builder that may yield nothing:
     /// `None` is returned, nothing is cached, and the builder is asked again next time.
+    ///
+    /// ```
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// assert!(cache.get_or_create_opt(&3u32, |_| None::<u64>).is_none(), "nothing cached");
+    /// let (v, _) = cache.get_or_create_opt(&3u32, |k| Some(u64::from(*k) * 2)).unwrap();
+    /// assert_eq!(*v, 6);
+    /// ```
     pub fn get_or_create_opt<K, V>(
         &self,
         key: &K,
@@ -178,6 +236,16 @@ impl MultiCache {
     /// # Errors
     /// [`RecursionError`], with the key, if `build` asks for its own key from inside its
     /// poll.
+    ///
+    /// ```
+    /// use runcache::{multi::MultiCache, Lookup};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = MultiCache::new(10);
+    /// let (v, how) = cache.get_or_create_async(&1u32, async { "one" }).await.unwrap();
+    /// assert_eq!((*v, how), ("one", Lookup::Miss));
+    /// # });
+    /// ```
     pub async fn get_or_create_async<K, V, F>(
         &self,
         key: &K,
@@ -198,6 +266,16 @@ impl MultiCache {
     /// # Errors
     /// [`BuildError::Failed`] with the build's error (shared with every caller that waited on
     /// the attempt; nothing is cached), or [`BuildError::Recursion`].
+    ///
+    /// ```
+    /// use runcache::BuildError;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// let err = cache.try_get_or_create_async::<u32, u32, _, _>(&1, async { Err("no device") }).await;
+    /// assert!(matches!(err, Err(BuildError::Failed(e)) if *e == "no device"));
+    /// # });
+    /// ```
     pub async fn try_get_or_create_async<K, V, E, F>(
         &self,
         key: &K,
@@ -217,6 +295,14 @@ impl MultiCache {
     }
 
     /// Removes the value for `key` from the cache of `(K, V)`; callers holding it keep it.
+    ///
+    /// ```
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// cache.get_or_create(&1u32, |_| "one");
+    /// // The value type names the cache to remove from.
+    /// assert_eq!(cache.remove::<u32, &str>(&1).as_deref(), Some(&"one"));
+    /// assert!(cache.remove::<u32, &str>(&1).is_none());
+    /// ```
     pub fn remove<K, V>(&self, key: &K) -> Option<Handle<V>>
     where
         K: Hash + Eq + Send + Sync + 'static,
@@ -226,6 +312,15 @@ impl MultiCache {
     }
 
     /// The activity counters of the cache of `(K, V)`.
+    ///
+    /// ```
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// for _ in 0..3 {
+    ///     cache.get_or_create(&1u32, |_| 1u64);
+    /// }
+    /// let stats = cache.stats::<u32, u64>();
+    /// assert_eq!((stats.builds, stats.hits), (1, 2));
+    /// ```
     pub fn stats<K, V>(&self) -> crate::cache::Stats
     where
         K: Hash + Eq + Send + Sync + 'static,
@@ -235,6 +330,15 @@ impl MultiCache {
     }
 
     /// Removes every cached value of every type (callers holding values keep them).
+    ///
+    /// ```
+    /// let cache = runcache::multi::MultiCache::new(10);
+    /// cache.get_or_create(&1u32, |_| 1u64);
+    /// cache.get_or_create(&"a", |_| 'a');
+    /// cache.clear();
+    /// assert_eq!(cache.stats::<u32, u64>().hits, 0);
+    /// assert!(cache.remove::<u32, u64>(&1).is_none());
+    /// ```
     pub fn clear(&self) {
         self.types.for_each(|e| (e.clear)(&*e.cache));
     }

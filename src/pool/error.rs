@@ -5,6 +5,17 @@
 use std::fmt;
 
 /// A pool reservation or a pool manager setting that failed.
+///
+/// ```
+/// use runcache::pool::{PoolManager, WhenExhausted};
+/// use runcache::PoolError;
+///
+/// let pools = PoolManager::builder(|| 0u8).max_pools(1).when_exhausted(WhenExhausted::Fail).build()?;
+/// let _held = pools.reserve()?;
+/// let err = pools.reserve().unwrap_err();
+/// assert_eq!(err.to_string(), "all 1 pools are reserved and the manager does not wait");
+/// # Ok::<(), PoolError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PoolError {

@@ -51,6 +51,19 @@ use std::time::{Duration, Instant};
 pub use slots::PoolGuard;
 
 /// What [`PoolManager::reserve`] does when every pool is reserved and the maximum is reached.
+///
+/// ```
+/// use runcache::pool::{PoolError, PoolManager, WhenExhausted};
+/// use std::time::Duration;
+///
+/// let pools = PoolManager::builder(|| vec![0u8; 1024])
+///     .max_pools(1)
+///     .when_exhausted(WhenExhausted::WaitFor(Duration::from_millis(10)))
+///     .build()?;
+/// let _held = pools.reserve()?;
+/// assert!(matches!(pools.reserve(), Err(PoolError::TimedOut { max_pools: 1, .. })));
+/// # Ok::<(), PoolError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WhenExhausted {
@@ -65,6 +78,17 @@ pub enum WhenExhausted {
 }
 
 /// Counters of a pool manager; exact once no reservation is in flight.
+///
+/// ```
+/// use runcache::pool::PoolManager;
+///
+/// let pools = PoolManager::new(1, || vec![0u8; 64])?;
+/// drop(pools.reserve()?);
+/// drop(pools.reserve()?);
+/// let stats = pools.stats();
+/// assert_eq!((stats.created, stats.reserves, stats.reuses), (1, 2, 1));
+/// # Ok::<(), runcache::PoolError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolStats {
@@ -83,6 +107,18 @@ pub struct PoolStats {
 }
 
 /// Builds a [`PoolManager`]; see [`PoolManager::builder`].
+///
+/// ```
+/// use runcache::pool::{PoolManager, WhenExhausted};
+///
+/// let pools = PoolManager::builder(|| Vec::<f32>::with_capacity(1 << 16))
+///     .pools_per_growth(2)
+///     .max_pools(8)
+///     .when_exhausted(WhenExhausted::Fail)
+///     .build()?;
+/// assert_eq!(pools.pools(), 0, "nothing is created before the first reservation");
+/// # Ok::<(), runcache::PoolError>(())
+/// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct PoolManagerBuilder<P> {
     factory: Box<dyn Fn() -> P + Send + Sync>,
@@ -93,18 +129,53 @@ pub struct PoolManagerBuilder<P> {
 
 impl<P: Send> PoolManagerBuilder<P> {
     /// How many pools to create when none is free (the seed's `num_pools`). Default 1.
+    ///
+    /// ```
+    /// use runcache::pool::PoolManager;
+    ///
+    /// let pools = PoolManager::builder(|| [0u8; 32]).pools_per_growth(4).build()?;
+    /// let _one = pools.reserve()?;
+    /// assert_eq!((pools.pools(), pools.reserved()), (4, 1));
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn pools_per_growth(mut self, n: usize) -> Self {
         self.per_growth = n;
         self
     }
 
     /// The most pools that may exist at once. Default: no limit.
+    ///
+    /// ```
+    /// use runcache::pool::{PoolError, PoolManager, WhenExhausted};
+    ///
+    /// let pools = PoolManager::builder(|| 0u64)
+    ///     .max_pools(2)
+    ///     .when_exhausted(WhenExhausted::Fail)
+    ///     .build()?;
+    /// let (_a, _b) = (pools.reserve()?, pools.reserve()?);
+    /// assert_eq!(pools.reserve().unwrap_err(), PoolError::Exhausted { max_pools: 2 });
+    /// # Ok::<(), PoolError>(())
+    /// ```
     pub fn max_pools(mut self, max: usize) -> Self {
         self.max_pools = Some(max);
         self
     }
 
     /// What a reservation does when the maximum is reached and none is free.
+    ///
+    /// ```
+    /// use runcache::pool::{PoolManager, WhenExhausted};
+    ///
+    /// let pools = PoolManager::builder(|| 0u64).max_pools(1).when_exhausted(WhenExhausted::Wait).build()?;
+    /// let held = pools.reserve()?;
+    /// std::thread::scope(|s| {
+    ///     let waiter = s.spawn(|| *pools.reserve().unwrap()); // parks until the pool comes back
+    ///     std::thread::sleep(std::time::Duration::from_millis(10));
+    ///     drop(held);
+    ///     assert_eq!(waiter.join().unwrap(), 0);
+    /// });
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn when_exhausted(mut self, policy: WhenExhausted) -> Self {
         self.exhausted = policy;
         self
@@ -114,6 +185,14 @@ impl<P: Send> PoolManagerBuilder<P> {
     ///
     /// # Errors
     /// [`PoolError::InvalidConfig`] when `pools_per_growth` is 0 or the maximum is 0.
+    ///
+    /// ```
+    /// use runcache::pool::{PoolError, PoolManager};
+    ///
+    /// let err = PoolManager::builder(|| 0u8).pools_per_growth(0).build().unwrap_err();
+    /// assert!(matches!(err, PoolError::InvalidConfig { .. }));
+    /// assert!(err.to_string().starts_with("invalid pool manager setting"));
+    /// ```
     pub fn build(self) -> Result<PoolManager<P>, PoolError> {
         if self.per_growth == 0 {
             return Err(PoolError::InvalidConfig {
@@ -150,6 +229,25 @@ struct Counters {
 }
 
 /// A lock-free cache of reusable memory pools; see the [module docs](self).
+///
+/// ```
+/// use runcache::pool::PoolManager;
+///
+/// // Scratch memory shared by every run of a cached primitive, from any thread.
+/// let scratch = PoolManager::new(1, || vec![0f32; 4096])?;
+/// std::thread::scope(|s| {
+///     for t in 0..4 {
+///         let scratch = &scratch;
+///         s.spawn(move || {
+///             let mut pool = scratch.reserve().unwrap();
+///             pool[0] = t as f32; // exclusive while reserved
+///         });
+///     }
+/// });
+/// assert!(scratch.pools() <= 4);
+/// assert_eq!(scratch.reserved(), 0);
+/// # Ok::<(), runcache::PoolError>(())
+/// ```
 pub struct PoolManager<P> {
     slots: PoolSlots<P>,
     waiters: Waiters,
@@ -169,6 +267,15 @@ impl<P: Send> PoolManager<P> {
     ///
     /// # Errors
     /// [`PoolError::InvalidConfig`] when `num_pools` is 0.
+    ///
+    /// ```
+    /// use runcache::pool::PoolManager;
+    ///
+    /// let pools = PoolManager::new(2, || String::with_capacity(256))?;
+    /// assert_eq!(pools.pools(), 0);
+    /// assert!(PoolManager::new(0, String::new).is_err());
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn new(
         num_pools: usize,
         factory: impl Fn() -> P + Send + Sync + 'static,
@@ -177,6 +284,12 @@ impl<P: Send> PoolManager<P> {
     }
 
     /// A builder for a manager whose pools `factory` creates.
+    ///
+    /// ```
+    /// let pools = runcache::pool::PoolManager::builder(|| vec![0u8; 16]).max_pools(4).build()?;
+    /// assert_eq!(pools.reserve()?.len(), 16);
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn builder(factory: impl Fn() -> P + Send + Sync + 'static) -> PoolManagerBuilder<P> {
         PoolManagerBuilder {
             factory: Box::new(factory),
@@ -192,6 +305,18 @@ impl<P: Send> PoolManager<P> {
     /// # Errors
     /// [`PoolError::Exhausted`] or [`PoolError::TimedOut`] at the maximum, per
     /// [`WhenExhausted`]; [`PoolError::TooManyPools`] if the slot space is exhausted.
+    ///
+    /// ```
+    /// let pools = runcache::pool::PoolManager::new(1, || vec![0u8; 8])?;
+    /// {
+    ///     let mut pool = pools.reserve()?;
+    ///     pool.push(1); // the guard derefs to the pool
+    ///     assert_eq!(pools.reserved(), 1);
+    /// }
+    /// assert_eq!(pools.reserved(), 0, "back in the free list");
+    /// assert_eq!(pools.reserve()?.len(), 9, "the same pool, reused");
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn reserve(&self) -> Result<PoolGuard<'_, P>, PoolError> {
         self.reserve_with(self.exhausted)
     }
@@ -201,6 +326,17 @@ impl<P: Send> PoolManager<P> {
     ///
     /// # Errors
     /// As [`reserve`](Self::reserve) with [`WhenExhausted::Fail`].
+    ///
+    /// ```
+    /// use runcache::pool::{PoolError, PoolManager};
+    ///
+    /// let pools = PoolManager::builder(|| 0u32).max_pools(1).build()?; // waits when exhausted
+    /// let held = pools.reserve()?;
+    /// assert_eq!(pools.try_reserve().unwrap_err(), PoolError::Exhausted { max_pools: 1 });
+    /// drop(held);
+    /// assert!(pools.try_reserve().is_ok());
+    /// # Ok::<(), PoolError>(())
+    /// ```
     pub fn try_reserve(&self) -> Result<PoolGuard<'_, P>, PoolError> {
         self.reserve_with(WhenExhausted::Fail)
     }
@@ -215,6 +351,18 @@ impl<P: Send> PoolManager<P> {
     /// # Errors
     /// [`PoolError::Exhausted`] at the maximum with [`WhenExhausted::Fail`];
     /// [`PoolError::TooManyPools`] if the slot space is exhausted.
+    ///
+    /// ```
+    /// use runcache::pool::PoolManager;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let pools = PoolManager::builder(|| vec![0u8; 64]).max_pools(1).build().unwrap();
+    /// let mut pool = pools.reserve_async().await.unwrap();
+    /// pool[0] = 1;
+    /// drop(pool);
+    /// assert_eq!(pools.reserve_async().await.unwrap()[0], 1);
+    /// # });
+    /// ```
     pub fn reserve_async(&self) -> Reserve<'_, P> {
         Reserve {
             manager: self,
@@ -352,6 +500,15 @@ impl<P: Send> PoolManager<P> {
     }
 
     /// Frees every free pool (reserved pools are untouched); returns how many were freed.
+    ///
+    /// ```
+    /// let pools = runcache::pool::PoolManager::new(3, || vec![0u8; 1 << 20])?;
+    /// let held = pools.reserve()?; // creates three, reserves one
+    /// assert_eq!(pools.clear(), 2, "the free ones go; the reserved one stays");
+    /// assert_eq!(pools.pools(), 1);
+    /// drop(held);
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn clear(&self) -> usize {
         let mut freed = 0;
         while let Some(index) = self.slots.pop_free() {
@@ -367,11 +524,28 @@ impl<P: Send> PoolManager<P> {
     }
 
     /// Pools that exist now, free or reserved.
+    ///
+    /// ```
+    /// let pools = runcache::pool::PoolManager::new(2, || 0u8)?;
+    /// assert_eq!(pools.pools(), 0);
+    /// let _p = pools.reserve()?;
+    /// assert_eq!(pools.pools(), 2);
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn pools(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
     /// Pools reserved now.
+    ///
+    /// ```
+    /// let pools = runcache::pool::PoolManager::new(1, || 0u8)?;
+    /// let (a, b) = (pools.reserve()?, pools.reserve()?);
+    /// assert_eq!(pools.reserved(), 2);
+    /// drop((a, b));
+    /// assert_eq!(pools.reserved(), 0);
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn reserved(&self) -> usize {
         self.reserved.load(Ordering::Relaxed)
     }
@@ -383,6 +557,15 @@ impl<P: Send> PoolManager<P> {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// let pools = runcache::pool::PoolManager::new(1, || 0u8)?;
+    /// let (a, b) = (pools.reserve()?, pools.reserve()?);
+    /// drop((a, b));
+    /// let stats = pools.stats();
+    /// assert_eq!((stats.created, stats.peak_reserved), (2, 2));
+    /// # Ok::<(), runcache::PoolError>(())
+    /// ```
     pub fn stats(&self) -> PoolStats {
         let c = &self.counters;
         PoolStats {
@@ -405,6 +588,16 @@ impl<P> ReturnPool for PoolManager<P> {
     }
 }
 
+impl<P> fmt::Debug for PoolManagerBuilder<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolManagerBuilder")
+            .field("pools_per_growth", &self.per_growth)
+            .field("max_pools", &self.max_pools)
+            .field("when_exhausted", &self.exhausted)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<P> fmt::Debug for PoolManager<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolManager")
@@ -417,6 +610,20 @@ impl<P> fmt::Debug for PoolManager<P> {
 }
 
 /// The future of [`PoolManager::reserve_async`]: a pool, once one is free or may be made.
+///
+/// ```
+/// use runcache::pool::PoolManager;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let pools = PoolManager::builder(|| 0u8).max_pools(1).build().unwrap();
+/// let held = pools.reserve().unwrap();
+/// // The core has no timer: bound the wait with the runtime's.
+/// let waited = tokio::time::timeout(std::time::Duration::from_millis(5), pools.reserve_async()).await;
+/// assert!(waited.is_err(), "still reserved");
+/// drop(held);
+/// assert!(pools.reserve_async().await.is_ok());
+/// # });
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct Reserve<'a, P> {
     manager: &'a PoolManager<P>,

@@ -389,6 +389,16 @@ impl Waiters {
 /// Exclusive access to one reserved pool; dropping it hands the pool back.
 ///
 /// It borrows the manager: a pool never outlives the manager that owns it.
+///
+/// ```
+/// let pools = runcache::pool::PoolManager::new(1, || vec![0u8; 4])?;
+/// let mut guard = pools.reserve()?;
+/// guard.copy_from_slice(&[1, 2, 3, 4]); // DerefMut to the pool
+/// assert_eq!(&guard[..], [1, 2, 3, 4]);
+/// drop(guard); // hands the pool back
+/// assert_eq!(pools.reserved(), 0);
+/// # Ok::<(), runcache::PoolError>(())
+/// ```
 #[must_use = "dropping the guard returns the pool at once"]
 pub struct PoolGuard<'a, P> {
     pub(crate) slots: &'a PoolSlots<P>,

@@ -263,6 +263,16 @@ impl<V> Drop for Solo<V> {
 /// To hand a value out as a [`std::sync::Arc`], store the `Arc` as the cache's value
 /// (`Cache<K, Arc<T>>`) and take it with [`Cache::get_cloned`](crate::Cache::get_cloned),
 /// which writes no count of the entry at all.
+///
+/// ```
+/// let cache = runcache::Cache::new(10);
+/// cache.put("weights", vec![1u8, 2, 3]).unwrap();
+/// let handle = cache.get("weights").unwrap();
+/// let copy = handle.clone(); // one more count of the same value
+/// cache.clear();
+/// assert_eq!(*copy, [1, 2, 3], "held values outlive their entry");
+/// assert!(runcache::Handle::ptr_eq(&handle, &copy));
+/// ```
 pub struct Handle<V> {
     counted: NonNull<Counted<V>>,
     ops: Ops<V>,
@@ -277,6 +287,14 @@ unsafe impl<V: Send + Sync> Sync for Handle<V> {}
 
 impl<V> Handle<V> {
     /// A handle to a value of its own, not in any cache (for an uncached result, or a test).
+    ///
+    /// ```
+    /// use runcache::Handle;
+    ///
+    /// let handle = Handle::new(String::from("uncached"));
+    /// assert_eq!(handle.len(), 8);
+    /// assert_eq!(handle, Handle::new(String::from("uncached")), "comparisons go to the value");
+    /// ```
     pub fn new(value: V) -> Self {
         // The `Arc`'s one count is the value's (C1).
         let solo = Arc::into_raw(Arc::new(Solo {
@@ -319,12 +337,32 @@ impl<V> Handle<V> {
     }
 
     /// Whether two handles point at the same value (not merely equal ones).
+    ///
+    /// ```
+    /// use runcache::Handle;
+    ///
+    /// let a = Handle::new(1);
+    /// let b = a.clone();
+    /// let c = Handle::new(1);
+    /// assert!(Handle::ptr_eq(&a, &b));
+    /// assert!(!Handle::ptr_eq(&a, &c), "equal values, not the same one");
+    /// ```
     pub fn ptr_eq(this: &Self, other: &Self) -> bool {
         this.counted == other.counted
     }
 
     /// A weak handle to the same value: it does not keep the value alive, and
     /// [`WeakHandle::upgrade`] gives the value back while some handle still holds it.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::new(10);
+    /// cache.put(1, "cached").unwrap();
+    /// let weak = runcache::Handle::downgrade(&cache.get(&1).unwrap());
+    /// assert_eq!(weak.upgrade().as_deref(), Some(&"cached"), "the cache still holds it");
+    /// cache.invalidate(&1);
+    /// cache.reclaim();
+    /// assert!(weak.upgrade().is_none(), "nobody holds it any more");
+    /// ```
     pub fn downgrade(this: &Self) -> WeakHandle<V> {
         // SAFETY: (C1, C2) our count keeps the allocation; this takes one more of it.
         unsafe { (this.ops)(this.counted, Count::Hold) };
@@ -423,6 +461,16 @@ impl<V: Hash> Hash for Handle<V> {
 }
 
 /// A handle that does not keep its value alive; see [`Handle::downgrade`].
+///
+/// ```
+/// use runcache::Handle;
+///
+/// let strong = Handle::new(5);
+/// let weak = Handle::downgrade(&strong);
+/// assert_eq!(weak.upgrade().map(|h| *h), Some(5));
+/// drop(strong);
+/// assert!(weak.upgrade().is_none());
+/// ```
 pub struct WeakHandle<V> {
     counted: NonNull<Counted<V>>,
     ops: Ops<V>,
@@ -436,6 +484,16 @@ unsafe impl<V: Send + Sync> Sync for WeakHandle<V> {}
 
 impl<V> WeakHandle<V> {
     /// The value, if some [`Handle`] (the cache's own included) still holds it.
+    ///
+    /// ```
+    /// use runcache::Handle;
+    ///
+    /// let strong = Handle::new(vec![0u8; 16]);
+    /// let weak = Handle::downgrade(&strong);
+    /// assert!(weak.upgrade().is_some());
+    /// drop(strong);
+    /// assert!(weak.upgrade().is_none());
+    /// ```
     pub fn upgrade(&self) -> Option<Handle<V>> {
         // SAFETY: (C3) our count keeps the allocation, so the count word is alive.
         let counted = unsafe { self.counted.as_ref() };

@@ -93,6 +93,23 @@ pub const MAX_SHARDS: usize = 1 << 16;
 const EXPECTED_MAX: u64 = 1 << 20;
 
 /// Why a value left the cache, as told to an [`on_evict`](crate::CacheBuilder::on_evict) listener.
+///
+/// ```
+/// use runcache::RemovalCause;
+/// use std::sync::{Arc, Mutex};
+///
+/// let causes = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&causes);
+/// let cache = runcache::Cache::<u32, u32>::builder()
+///     .capacity(1)
+///     .on_evict(move |_, _, cause| sink.lock().unwrap().push(cause))
+///     .build()?;
+/// cache.put(1, 1).unwrap();
+/// cache.put(2, 2).unwrap(); // evicts 1
+/// cache.clear();
+/// assert_eq!(*causes.lock().unwrap(), [RemovalCause::Capacity, RemovalCause::Cleared]);
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RemovalCause {

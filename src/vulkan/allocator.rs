@@ -31,6 +31,17 @@ use std::time::{Duration, Instant};
 /// power-of-two slot; a large one its alignment), `block_bytes − slot_bytes` the free slots
 /// of blocks of small buffers, `driver_bytes − block_bytes` device memory held but not
 /// handed out (free ranges of gpu-allocator's blocks).
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// let _weights = gpu.upload(&[0u8; 1000])?;
+/// let report = gpu.memory_report();
+/// assert!(report.requested_bytes <= report.slot_bytes && report.slot_bytes <= report.block_bytes);
+/// println!("rounding: {} B, free slots: {} B", report.slot_bytes - report.requested_bytes, report.block_bytes - report.slot_bytes);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryReport {
@@ -52,6 +63,18 @@ pub struct MemoryReport {
 }
 
 /// Configures a [`VulkanAllocator`]; see [`VulkanAllocator::builder`].
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// let gpu = VulkanAllocator::builder(ctx)
+///     .soft_limit(256 << 20) // at most 256 MiB of live buffers
+///     .staging_slots(2)
+///     .build()?;
+/// assert_eq!(gpu.used_bytes(), 0);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct VulkanAllocatorBuilder {
@@ -71,6 +94,18 @@ impl VulkanAllocatorBuilder {
     /// At most this many bytes of live buffers; a request beyond it fails with
     /// [`VulkanError::SoftLimit`] before the driver is called. For testing out-of-memory paths
     /// on any device, or for sharing a device with other work. Default: none.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::VulkanError;
+    ///
+    /// let gpu = VulkanAllocator::builder(ctx).soft_limit(1 << 20).build()?;
+    /// let err = gpu.allocate(2 << 20).unwrap_err();
+    /// assert!(matches!(err, VulkanError::SoftLimit { .. }));
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn soft_limit(mut self, bytes: u64) -> Self {
         self.soft_limit = Some(bytes);
         self
@@ -82,12 +117,31 @@ impl VulkanAllocatorBuilder {
     /// buffers freed from a shared block leave holes that hold the block. On a long random
     /// run of allocations and frees (`tests/vulkan.rs`), the device memory held was at most
     /// 1.56–1.75× the live bytes over five seeds with 16 MiB, 1.99–2.21× with 64 MiB.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::builder(ctx).dedicated_threshold(4 << 20).build()?;
+    /// assert!(gpu.allocate(8 << 20)?.is_dedicated());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn dedicated_threshold(mut self, bytes: u64) -> Self {
         self.dedicated_threshold = bytes;
         self
     }
 
     /// The size of the device-memory blocks small buffers are packed into. Default 64 MiB.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::builder(ctx).block_size(256 << 20).build()?;
+    /// let _small = gpu.allocate(1 << 20)?;
+    /// assert_eq!(gpu.device_allocations(), 1);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn block_size(mut self, bytes: u64) -> Self {
         self.block_size = bytes;
         self
@@ -96,6 +150,16 @@ impl VulkanAllocatorBuilder {
     /// The size of each staging buffer, at least 2 bytes. An upload goes through it in
     /// chunks of half its size, alternating its halves so that the host copies one chunk
     /// while the device copies the one before. Default 16 MiB.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// // 4 MiB staging buffers: uploads move in 2 MiB chunks.
+    /// let gpu = VulkanAllocator::builder(ctx).staging_size(4 << 20).build()?;
+    /// let _weights = gpu.upload(&vec![1u8; 10 << 20])?;
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn staging_size(mut self, bytes: u64) -> Self {
         self.staging_size = bytes;
         self
@@ -103,6 +167,16 @@ impl VulkanAllocatorBuilder {
 
     /// How many staging slots may exist at once (concurrent transfers beyond it wait for a
     /// slot). Default 4.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// // At most 8 uploads in flight at once; more wait for a slot.
+    /// let gpu = VulkanAllocator::builder(ctx).staging_slots(8).build()?;
+    /// # let _ = gpu;
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn staging_slots(mut self, n: usize) -> Self {
         self.staging_slots = n;
         self
@@ -110,6 +184,16 @@ impl VulkanAllocatorBuilder {
 
     /// Always go through staging, even when the device memory is host-visible (to measure or
     /// test that path on unified-memory devices). Default off.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::builder(ctx).force_staging(true).build()?;
+    /// let buffer = gpu.upload(&[7u8; 64])?;
+    /// assert_eq!(gpu.read(&buffer, 0, 64)?, [7u8; 64]);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn force_staging(mut self, on: bool) -> Self {
         self.force_staging = on;
         self
@@ -121,6 +205,18 @@ impl VulkanAllocatorBuilder {
     /// request finds the device budget or memory short. `Duration::ZERO` frees each block as
     /// soon as it is empty. Default 1 second: a burst that evicts and refills within it
     /// keeps its blocks.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use std::time::Duration;
+    ///
+    /// let gpu = VulkanAllocator::builder(ctx).empty_block_ttl(Duration::ZERO).build()?;
+    /// drop(gpu.allocate(1024)?);
+    /// let _next = gpu.allocate(1024)?; // the empty block went back first
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn empty_block_ttl(mut self, ttl: Duration) -> Self {
         self.empty_ttl = ttl;
         self
@@ -132,6 +228,17 @@ impl VulkanAllocatorBuilder {
     /// `maxMemoryAllocationSize`), and the caller binds each in ranges of at most
     /// [`VulkanContext::max_storage_buffer_range`] bytes (128 MiB on lavapipe and on many
     /// mobile GPUs, 4 GiB on most discrete ones).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::builder(ctx.clone()).limit_to_storage_range(false).build()?;
+    /// let big = gpu.allocate(ctx.max_storage_buffer_range() + 1)?;
+    /// // Bind it in ranges of at most `max_storage_buffer_range` bytes.
+    /// assert!(big.size() > ctx.max_storage_buffer_range());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn limit_to_storage_range(mut self, on: bool) -> Self {
         self.storage_range = on;
         self
@@ -139,6 +246,16 @@ impl VulkanAllocatorBuilder {
 
     /// Check each request against `maxMemoryAllocationSize`, the heap size and the budget
     /// before calling the driver. Default on; off only to see what the driver itself says.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// // What does the driver itself say to an impossible request?
+    /// let gpu = VulkanAllocator::builder(ctx).prechecks(false).build()?;
+    /// println!("{:?}", gpu.allocate(u64::MAX / 2).unwrap_err());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn prechecks(mut self, on: bool) -> Self {
         self.prechecks = on;
         self
@@ -149,6 +266,17 @@ impl VulkanAllocatorBuilder {
     /// # Errors
     /// [`VulkanError::InvalidConfig`] for a zero size or slot count, or the allocator's own
     /// error.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::VulkanError;
+    ///
+    /// let err = VulkanAllocator::builder(ctx).staging_slots(0).build().unwrap_err();
+    /// assert!(matches!(err, VulkanError::InvalidConfig { .. }));
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn build(self) -> Result<VulkanAllocator, VulkanError> {
         let bad = |reason: &'static str| Err(VulkanError::InvalidConfig { reason });
         if self.staging_size < 2 {
@@ -192,6 +320,20 @@ impl VulkanAllocatorBuilder {
 }
 
 /// Makes device-local buffers and fills them; see the [module docs](crate::vulkan).
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// use runcache::constant::ConstantKey;
+///
+/// let weights = runcache::vulkan::constant_cache(&gpu);
+/// let bytes = vec![0u8; 4096];
+/// let added = weights.get_or_add(ConstantKey::new(0, 1), bytes.len(), || gpu.upload_constant(&bytes))
+///     .expect("uploaded");
+/// assert_eq!(added.buffer.size(), 4096);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 pub struct VulkanAllocator {
     pub(super) shared: Arc<Shared>,
     /// Buffers waiting for a fence before they may be freed.
@@ -203,11 +345,29 @@ impl VulkanAllocator {
     ///
     /// # Errors
     /// As [`VulkanAllocatorBuilder::build`].
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::new(ctx)?;
+    /// assert_eq!(gpu.used_bytes(), 0);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn new(ctx: Arc<VulkanContext>) -> Result<Self, VulkanError> {
         Self::builder(ctx).build()
     }
 
     /// A builder for an allocator on `ctx`.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::builder(ctx).soft_limit(64 << 20).build()?;
+    /// # let _ = gpu;
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn builder(ctx: Arc<VulkanContext>) -> VulkanAllocatorBuilder {
         VulkanAllocatorBuilder {
             ctx,
@@ -224,16 +384,46 @@ impl VulkanAllocator {
     }
 
     /// The context.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// println!("allocating on {}", gpu.context().device_name());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn context(&self) -> &Arc<VulkanContext> {
         &self.shared.ctx
     }
 
     /// Bytes of live buffers made by this allocator.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let buffer = gpu.allocate(1000)?;
+    /// assert_eq!(gpu.used_bytes(), 1000);
+    /// drop(buffer);
+    /// assert_eq!(gpu.used_bytes(), 0);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn used_bytes(&self) -> u64 {
         self.shared.used.load(Ordering::Relaxed)
     }
 
     /// Changes the soft limit (`None`: no limit). Live buffers are kept.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// gpu.set_soft_limit(Some(1 << 20));
+    /// assert!(gpu.allocate(2 << 20).is_err());
+    /// gpu.set_soft_limit(None);
+    /// assert!(gpu.allocate(2 << 20).is_ok());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn set_soft_limit(&self, bytes: Option<u64>) {
         // Relaxed: a bound checked by the reservation's own compare-and-swap loop.
         self.shared
@@ -243,12 +433,33 @@ impl VulkanAllocator {
 
     /// Device-memory blocks and dedicated allocations the allocator holds now (each is one
     /// `vkAllocateMemory`).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let _a = gpu.allocate(1024)?;
+    /// let _b = gpu.allocate(1024)?; // same block of small buffers
+    /// assert_eq!(gpu.device_allocations(), 1);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn device_allocations(&self) -> usize {
         lock(&self.shared.gpu).generate_report().blocks.len()
     }
 
     /// Where the allocator's device memory goes now, from what callers asked for to what the
     /// driver holds: see [`MemoryReport`]. Staging memory is not in it.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let _buffer = gpu.allocate(300)?;
+    /// let report = gpu.memory_report();
+    /// assert_eq!(report.requested_bytes, 300);
+    /// assert_eq!(report.slot_bytes, 512, "the smallest power-of-two slot that holds it");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn memory_report(&self) -> MemoryReport {
         let s = &self.shared;
         let slabs = lock(&s.slabs);
@@ -285,6 +496,17 @@ impl VulkanAllocator {
     /// call, or at once when a request finds the device short of memory.
     ///
     /// [`empty_block_ttl`]: VulkanAllocatorBuilder::empty_block_ttl
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// drop(gpu.allocate(1 << 20)?);
+    /// let freed = gpu.trim();
+    /// assert_eq!(gpu.memory_report().driver_bytes, 0);
+    /// println!("{freed} bytes back to the driver");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn trim(&self) -> u64 {
         self.collect_retired();
         self.shared.tidy(true)
@@ -299,6 +521,18 @@ impl VulkanAllocator {
     /// [`limit_to_storage_range`](VulkanAllocatorBuilder::limit_to_storage_range) is off);
     /// [`VulkanError::SoftLimit`]; or the driver's error ([`VulkanError::OutOfDeviceMemory`]
     /// and the others). Nothing is left allocated after an error.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::VulkanError;
+    ///
+    /// let mut activations = gpu.allocate(1 << 20)?;
+    /// gpu.write(&mut activations, 0, &[1, 2, 3])?;
+    /// assert_eq!(gpu.allocate(0).unwrap_err(), VulkanError::ZeroSize);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn allocate(&self, size: u64) -> Result<DeviceBuffer, VulkanError> {
         self.collect_retired();
         if self.shared.untidy() {
@@ -524,6 +758,15 @@ impl VulkanAllocator {
     ///
     /// # Errors
     /// As [`allocate`](Self::allocate) and [`write`](Self::write).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let buffer = gpu.upload(&[1u8, 2, 3, 4])?;
+    /// assert_eq!(gpu.read(&buffer, 0, 4)?, [1, 2, 3, 4]);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn upload(&self, bytes: &[u8]) -> Result<DeviceBuffer, VulkanError> {
         let mut buffer = self.allocate(bytes.len() as u64)?;
         self.write(&mut buffer, 0, bytes)?;
@@ -534,6 +777,17 @@ impl VulkanAllocator {
     ///
     /// # Errors
     /// As [`upload`](Self::upload).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::DeviceKind;
+    ///
+    /// let constant = gpu.upload_constant(&[0u8; 256])?;
+    /// assert_eq!((constant.size(), constant.device()), (256, DeviceKind::Gpu));
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn upload_constant(&self, bytes: &[u8]) -> Result<ConstantBuffer, VulkanError> {
         Ok(ConstantBuffer::from_device_memory(self.upload(bytes)?))
     }
@@ -548,6 +802,17 @@ impl VulkanAllocator {
     /// # Errors
     /// [`VulkanError::OutOfRange`], [`VulkanError::NotFromThisAllocator`], or a staging or
     /// transfer error.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let mut buffer = gpu.allocate(8)?;
+    /// gpu.write(&mut buffer, 4, &[9, 9, 9, 9])?;
+    /// assert_eq!(gpu.read(&buffer, 4, 4)?, [9, 9, 9, 9]);
+    /// assert!(gpu.write(&mut buffer, 6, &[0; 4]).is_err(), "past the end");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn write(
         &self,
         buffer: &mut DeviceBuffer,
@@ -607,6 +872,15 @@ impl VulkanAllocator {
     ///
     /// # Errors
     /// As [`write`](Self::write).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let buffer = gpu.upload(b"weights")?;
+    /// assert_eq!(gpu.read(&buffer, 0, 7)?, b"weights");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn read(
         &self,
         buffer: &DeviceBuffer,
@@ -683,11 +957,36 @@ impl VulkanAllocator {
     /// at [`collect_retired`](Self::collect_retired), and waited for when the allocator drops.
     ///
     /// The fence stays the caller's: it must stay valid (not destroyed or reset) until then.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::vulkan::ash::vk;
+    ///
+    /// let constant = runcache::Handle::new(gpu.upload_constant(&[0u8; 64])?);
+    /// // SAFETY: a valid device and create info.
+    /// let fence = unsafe { ctx.device().create_fence(&vk::FenceCreateInfo::default(), None) }
+    ///     .expect("a fence");
+    /// // ... submit work that reads `constant`, signalling `fence` ...
+    /// gpu.retire_after(fence, constant); // freed once the fence has signalled
+    /// assert_eq!(gpu.retired_pending(), 1);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn retire_after(&self, fence: vk::Fence, buffer: Handle<ConstantBuffer>) {
         self.retired.push((fence, buffer));
     }
 
     /// Lets go of every retired buffer whose fence has signalled; returns how many.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let released = gpu.collect_retired();
+    /// println!("{released} retired buffers released; {} pending", gpu.retired_pending());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn collect_retired(&self) -> usize {
         let mut released = 0;
         for _ in 0..self.retired.len() {
@@ -709,6 +1008,14 @@ impl VulkanAllocator {
     }
 
     /// Buffers retired and not yet released.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert_eq!(gpu.retired_pending(), 0);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn retired_pending(&self) -> usize {
         self.retired.len()
     }

@@ -20,6 +20,18 @@ use std::time::Instant;
 /// **Contract:** the device must be done with the buffer before it drops. Hold its handle
 /// (the cache's `Handle<ConstantBuffer>`) until every submission that reads it has completed, or
 /// hand it to [`VulkanAllocator::retire_after`](super::VulkanAllocator::retire_after) with that submission's fence.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// let buffer = gpu.upload(&[0u8; 1024])?;
+/// // Bind this range in a descriptor set.
+/// let (vk_buffer, offset, size) = (buffer.buffer(), buffer.offset(), buffer.size());
+/// assert_eq!((offset % 256, size), (0, 1024));
+/// # let _ = vk_buffer;
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 pub struct DeviceBuffer {
     /// Its own buffer, or (for a slot) its block's, which it does not own.
     pub(super) buffer: vk::Buffer,
@@ -42,6 +54,16 @@ impl DeviceBuffer {
     /// The `vk::Buffer` to bind in descriptor sets or copy from. A small buffer (up to
     /// [`SLAB_MAX`](super::SLAB_MAX)) shares it with others: use the range from [`offset`](Self::offset) for
     /// [`size`](Self::size) bytes, never the whole buffer.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let (a, b) = (gpu.allocate(100)?, gpu.allocate(100)?);
+    /// assert_eq!(a.buffer(), b.buffer(), "small buffers share a block buffer");
+    /// assert_ne!(a.offset(), b.offset());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn buffer(&self) -> vk::Buffer {
         self.buffer
     }
@@ -49,21 +71,56 @@ impl DeviceBuffer {
     /// Where this buffer's bytes start inside [`buffer`](Self::buffer): 0 for a buffer of its
     /// own, the slot's offset for a small one (a multiple of 256, so it can be bound as a
     /// storage or uniform buffer offset on any device).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert_eq!(gpu.allocate(100)?.offset() % 256, 0);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn offset(&self) -> u64 {
         self.offset
     }
 
     /// The size in bytes (as requested).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert_eq!(gpu.allocate(100)?.size(), 100);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn size(&self) -> u64 {
         self.size
     }
 
     /// The device memory and the offset of this buffer's first byte in it.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let buffer = gpu.allocate(4096)?;
+    /// let (memory, offset) = buffer.memory();
+    /// println!("{memory:?} at {offset}");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
         (self.memory, self.memory_offset)
     }
 
     /// Whether the buffer has a device allocation of its own (not sub-allocated).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert!(!gpu.allocate(1 << 10)?.is_dedicated());
+    /// assert!(gpu.allocate(32 << 20)?.is_dedicated(), "16 MiB and more: an allocation of its own");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn is_dedicated(&self) -> bool {
         self.allocation.as_ref().is_some_and(|a| a.is_dedicated())
     }

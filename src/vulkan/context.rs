@@ -68,17 +68,49 @@ pub(super) struct Validation {
 /// The validation messages of a context, kept past its end: read it after the context is
 /// dropped to see what the layer said at `vkDestroyDevice` (objects never destroyed, for
 /// one). From [`VulkanContext::validation_log`].
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// let ctx = VulkanContext::builder().validation(true).build()?;
+/// let log = ctx.validation_log().expect("validation is on");
+/// drop(ctx);
+/// assert_eq!(log.errors(), 0, "the log outlives the context");
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Clone)]
 pub struct ValidationLog(Arc<ValidationSink>);
 
 impl ValidationLog {
     /// Errors reported since the last [`VulkanContext::take_validation_messages`].
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let ctx = VulkanContext::builder().validation(true).build()?;
+    /// let log = ctx.validation_log().unwrap();
+    /// assert_eq!(log.errors(), ctx.validation_errors());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn errors(&self) -> u64 {
         // Relaxed: a count read after the fact.
         self.0.errors.load(Ordering::Relaxed)
     }
 
     /// The messages (errors and warnings) received and not yet taken.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let ctx = VulkanContext::builder().validation(true).build()?;
+    /// for message in ctx.validation_log().unwrap().messages() {
+    ///     eprintln!("{message}");
+    /// }
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn messages(&self) -> Vec<String> {
         lock(&self.0.messages).clone()
     }
@@ -93,6 +125,16 @@ impl fmt::Debug for ValidationLog {
 }
 
 /// One memory heap as the device reports it.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// for heap in ctx.heaps().iter().filter(|h| h.device_local) {
+///     println!("{} MiB, budget {:?}, used {:?}", heap.size >> 20, heap.budget, heap.usage);
+/// }
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HeapBudget {
@@ -107,6 +149,15 @@ pub struct HeapBudget {
 }
 
 /// Makes a [`VulkanContext`] with its own instance and device.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// let ctx = VulkanContext::builder().validation(cfg!(debug_assertions)).build()?;
+/// println!("{}", ctx.device_name());
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct VulkanContextBuilder {
@@ -117,6 +168,20 @@ impl VulkanContextBuilder {
     /// Turns the Khronos validation layer on (and fails with
     /// [`VulkanError::ValidationUnavailable`] if it is not installed). Messages are logged and
     /// counted; see [`VulkanContext::validation_errors`].
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::VulkanError;
+    ///
+    /// match VulkanContext::builder().validation(true).build() {
+    ///     Ok(ctx) => assert!(ctx.validation_enabled()),
+    ///     Err(VulkanError::ValidationUnavailable) => eprintln!("install the Khronos validation layer"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn validation(mut self, on: bool) -> Self {
         self.validation = on;
         self
@@ -129,6 +194,20 @@ impl VulkanContextBuilder {
     /// # Errors
     /// [`VulkanError::Loader`] when no loader can be loaded, [`VulkanError::NoDevice`] when no
     /// device qualifies, [`VulkanError::ValidationUnavailable`], or the driver's error.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::VulkanError;
+    ///
+    /// match VulkanContext::builder().build() {
+    ///     Ok(ctx) => println!("{}", ctx.device_name()),
+    ///     Err(VulkanError::Loader { source }) => eprintln!("no Vulkan here: {source}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn build(self) -> Result<Arc<VulkanContext>, VulkanError> {
         // SAFETY: (V5) loading the system's Vulkan loader runs its initialisers; that is the
         // documented way to use Vulkan without linking it at build time.
@@ -283,6 +362,21 @@ impl Drop for Partial {
 }
 
 /// An instance, a physical device, a device and a queue to transfer on.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// use runcache::vulkan;
+///
+/// let ctx = VulkanContext::builder().build()?;
+/// println!(
+///     "{}: {} MiB for constants by default",
+///     ctx.device_name(),
+///     vulkan::default_capacity(&ctx) >> 20
+/// );
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 pub struct VulkanContext {
     // Kept for the loader's lifetime: the function pointers below come from it.
     pub(super) _entry: ash::Entry,
@@ -314,6 +408,15 @@ unsafe impl Sync for VulkanContext {}
 impl VulkanContext {
     /// A builder for a context with its own instance and device (the convenience path for
     /// programs that have no Vulkan objects of their own).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let ctx = VulkanContext::builder().build()?;
+    /// assert!(!ctx.validation_enabled());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn builder() -> VulkanContextBuilder {
         VulkanContextBuilder::default()
     }
@@ -414,21 +517,59 @@ impl VulkanContext {
     }
 
     /// The raw device.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// // SAFETY: the device is alive while the context is.
+    /// unsafe { ctx.device().device_wait_idle() }.expect("the device is alive");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn device(&self) -> &ash::Device {
         &self.device
     }
 
     /// The raw instance.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// // SAFETY: the handles are alive while the context is.
+    /// let properties = unsafe { ctx.instance().get_physical_device_properties(ctx.physical_device()) };
+    /// println!("API {}", properties.api_version);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn instance(&self) -> &ash::Instance {
         &self.instance
     }
 
     /// The physical device.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// // SAFETY: the handles are alive while the context is.
+    /// let memory = unsafe { ctx.instance().get_physical_device_memory_properties(ctx.physical_device()) };
+    /// assert!(memory.memory_heap_count >= 1);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn physical_device(&self) -> vk::PhysicalDevice {
         self.physical
     }
 
     /// The queue runcache submits its transfers to, and its family.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let (queue, family) = ctx.queue();
+    /// println!("{queue:?} of family {family}");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn queue(&self) -> (vk::Queue, u32) {
         (self.queue, self.queue_family)
     }
@@ -436,11 +577,30 @@ impl VulkanContext {
     /// The lock runcache holds while it submits to [`queue`](Self::queue). An application that
     /// submits to the same queue from other threads takes it too (Vulkan requires queue
     /// submissions to be externally synchronized).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let (queue, _) = ctx.queue();
+    /// let _submitting = ctx.queue_lock(); // runcache's transfers wait meanwhile
+    /// // SAFETY: the queue is alive, and the lock makes this the only submitter.
+    /// unsafe { ctx.device().queue_wait_idle(queue) }.expect("the queue is alive");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn queue_lock(&self) -> MutexGuard<'_, ()> {
         lock(&self.queue_lock)
     }
 
     /// The device's name, as the driver reports it.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// println!("uploading to {}", ctx.device_name());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn device_name(&self) -> String {
         self.properties
             .device_name_as_c_str()
@@ -449,23 +609,58 @@ impl VulkanContext {
     }
 
     /// `maxMemoryAllocationSize`: the largest single allocation the device accepts.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert!(ctx.max_allocation_size() >= 1 << 30, "Vulkan 1.1 guarantees 1 GiB");
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn max_allocation_size(&self) -> u64 {
         self.max_allocation_size
     }
 
     /// `maxStorageBufferRange`: the largest range a storage-buffer descriptor may bind, and so
     /// the largest buffer the allocator makes (each is bound whole as a storage buffer).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// println!("bind at most {} MiB at once", ctx.max_storage_buffer_range() >> 20);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn max_storage_buffer_range(&self) -> u64 {
         u64::from(self.properties.limits.max_storage_buffer_range)
     }
 
     /// Whether `VK_EXT_memory_budget` is enabled.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// if ctx.has_memory_budget() {
+    ///     assert!(ctx.heaps().iter().all(|h| h.budget.is_some()));
+    /// }
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn has_memory_budget(&self) -> bool {
         self.memory_budget
     }
 
     /// Every memory heap, with this process's budget and usage when `VK_EXT_memory_budget` is
     /// enabled (queried now: the budget changes as other processes use the device).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let device_local: u64 = ctx.heaps().iter().filter(|h| h.device_local).map(|h| h.size).sum();
+    /// println!("{} MiB of device-local memory", device_local >> 20);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn heaps(&self) -> Vec<HeapBudget> {
         let budget = self.budget();
         (0..self.memory.memory_heap_count as usize)
@@ -511,6 +706,17 @@ impl VulkanContext {
     }
 
     /// Validation errors reported so far (always 0 without validation).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let ctx = VulkanContext::builder().validation(true).build()?;
+    /// let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let _ = gpu.upload(&[0u8; 64])?;
+    /// assert_eq!(ctx.validation_errors(), 0);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn validation_errors(&self) -> u64 {
         self.validation
             .as_ref()
@@ -519,6 +725,16 @@ impl VulkanContext {
 
     /// Takes the validation messages received so far (errors and warnings) and resets the
     /// error count: for tests that provoke a message on purpose.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let ctx = VulkanContext::builder().validation(true).build()?;
+    /// let first = ctx.take_validation_messages();
+    /// assert!(ctx.take_validation_messages().len() <= first.len() || first.is_empty());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn take_validation_messages(&self) -> Vec<String> {
         match &self.validation {
             Some(v) => {
@@ -533,6 +749,14 @@ impl VulkanContext {
     /// The validation messages, in a log that outlives the context (`None` without
     /// validation): a test drops the context and then checks that destroying the device
     /// reported nothing, such as an object never destroyed.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert!(VulkanContext::builder().build()?.validation_log().is_none());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn validation_log(&self) -> Option<ValidationLog> {
         self.validation
             .as_ref()
@@ -540,6 +764,14 @@ impl VulkanContext {
     }
 
     /// Whether validation is on.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// assert!(VulkanContext::builder().validation(true).build()?.validation_enabled());
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn validation_enabled(&self) -> bool {
         self.validation.is_some()
     }

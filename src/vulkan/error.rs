@@ -11,6 +11,20 @@ use std::sync::Arc;
 
 /// What went wrong in the Vulkan memory layer ([`crate::vulkan`]). After any of these, nothing
 /// is left allocated and a cache whose build failed with it is unchanged.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// use runcache::VulkanError;
+///
+/// let gpu = VulkanAllocator::builder(ctx).soft_limit(1 << 20).build()?;
+/// match gpu.upload(&vec![0u8; 2 << 20]) {
+///     Err(e @ VulkanError::SoftLimit { .. }) => eprintln!("{e}"), // nothing was allocated
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum VulkanError {
@@ -200,6 +214,18 @@ impl std::error::Error for VulkanError {
 /// Another crate's error that a [`VulkanError`] wraps (ash's loader error, gpu-allocator's
 /// error), shared so that the error stays `Clone`; two are equal when they are the same error
 /// or say the same thing.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// use runcache::VulkanError;
+///
+/// if let Err(VulkanError::Loader { source }) = VulkanContext::builder().build() {
+///     eprintln!("{}", source.get_ref());
+/// }
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 #[derive(Clone)]
 pub struct WrappedError(Arc<dyn std::error::Error + Send + Sync + 'static>);
 
@@ -209,6 +235,19 @@ impl WrappedError {
     }
 
     /// The wrapped error, to print or downcast (`get_ref().downcast_ref::<ash::LoadingError>()`).
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// use runcache::VulkanError;
+    ///
+    /// if let Err(VulkanError::Loader { source }) = VulkanContext::builder().build() {
+    ///     let loading = source.get_ref().downcast_ref::<runcache::vulkan::ash::LoadingError>();
+    ///     assert!(loading.is_some());
+    /// }
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
     pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.0
     }

@@ -127,6 +127,15 @@ const MIB: u64 = 1 << 20;
 /// `VK_EXT_memory_budget` leaves this process on the largest device-local heap, or half of
 /// that heap without the extension (see the [module docs](self)). 0 if the device reports no
 /// device-local heap.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// let half = runcache::vulkan::default_capacity(&ctx);
+/// println!("a GPU constant cache holds {} MiB by default", half >> 20);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 pub fn default_capacity(ctx: &VulkanContext) -> u64 {
     ctx.device_heap().map_or(0, |heap| {
         let available = match (heap.budget, heap.usage) {
@@ -139,6 +148,17 @@ pub fn default_capacity(ctx: &VulkanContext) -> u64 {
 
 /// A GPU constant cache for buffers made by `allocator`: its capacity is the `gpu:` field of
 /// `RUNCACHE_CONSTANT_CACHE_CAPACITY` when that is set, else [`default_capacity`].
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// use runcache::DeviceKind;
+///
+/// let weights = runcache::vulkan::constant_cache(&gpu);
+/// assert_eq!(weights.device(), DeviceKind::Gpu);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 pub fn constant_cache(allocator: &VulkanAllocator) -> ConstantCache {
     let bytes = match constant::env_capacity_mb(DeviceKind::Gpu) {
         Some(mb) => mb.saturating_mul(MIB),
@@ -149,6 +169,17 @@ pub fn constant_cache(allocator: &VulkanAllocator) -> ConstantCache {
 
 /// Sizes the process-wide GPU cache ([`constant::cache`]`(DeviceKind::Gpu)`) from the device
 /// budget, unless the environment variable set it; returns the capacity in bytes it now has.
+///
+/// ```no_run
+/// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+/// # let ctx = VulkanContext::builder().build()?;
+/// # let gpu = VulkanAllocator::new(ctx.clone())?;
+/// use runcache::constant::{self, DeviceKind};
+///
+/// let bytes = runcache::vulkan::configure_process_cache(&ctx);
+/// assert_eq!(constant::cache(DeviceKind::Gpu).capacity(), bytes);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
 pub fn configure_process_cache(ctx: &VulkanContext) -> u64 {
     let cache = constant::cache(DeviceKind::Gpu);
     if constant::env_capacity_mb(DeviceKind::Gpu).is_none() {
