@@ -132,6 +132,13 @@
 //! - [`pool`]: a lock-free manager of reusable memory pools for cached objects' scratch
 //!   memory.
 //!
+//! # Guide
+//!
+//! [`guide`] answers a user's questions: which read form to use, sizing and weighing,
+//! evicting or rejecting, what a held value costs after eviction, threads and async, the
+//! layers and the designs they come from, and how runcache compares with moka, quick_cache
+//! and papaya. The repository's `examples/` are short programs that run in seconds.
+//!
 //! # Performance
 //!
 //! See `docs/BENCHMARKS.md` and the criterion benches in `bench/benches/`, which measure runcache
@@ -140,6 +147,7 @@
 //! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 //! [atomic-wait]: https://docs.rs/atomic-wait
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn)]
 // Unsafe code only where a module says so (`#![allow(unsafe_code)]`: the engine, and the
 // layers' own unsafe parts); every other module forbids it.
@@ -156,6 +164,7 @@ pub mod pool;
 mod raw;
 mod sync;
 #[cfg(feature = "vulkan")]
+#[cfg_attr(docsrs, doc(cfg(feature = "vulkan")))]
 pub mod vulkan;
 
 pub use cache::{
@@ -169,6 +178,7 @@ pub use constant::{
 pub use error::{BuildError, ConfigError, InsertError, RecursionError};
 pub use pool::PoolError;
 #[cfg(feature = "vulkan")]
+#[cfg_attr(docsrs, doc(cfg(feature = "vulkan")))]
 pub use vulkan::VulkanError;
 
 /// Ends the calling modelled thread's registrations with every cache, exactly as thread-local
@@ -182,6 +192,11 @@ pub use vulkan::VulkanError;
 pub fn __loom_thread_exit() {
     raw::epoch::release_thread();
 }
+
+/// The user's guide (`docs/GUIDE.md` in the repository), here so that it travels with the
+/// API docs.
+#[doc = include_str!("../docs/GUIDE.md")]
+pub mod guide {}
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
