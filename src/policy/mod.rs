@@ -124,6 +124,9 @@ const PROMOTE_HITS: u8 = 2;
 /// (**P6**): each is 1/32 of the capacity.
 pub(crate) const STAGES: usize = 16;
 
+/// The most main-queue victims a heavy leaver duels at once (see `leave_small`).
+const DUEL_VICTIMS: usize = 8;
+
 /// The stage of an admission that found `size` of `capacity` taken (**P6**): which of
 /// [`STAGES`] equal parts of the cache's first half it fell in.
 fn stage(size: u64, capacity: u64) -> u8 {
@@ -506,17 +509,41 @@ impl<T: Queued> S3Fifo<T> {
             self.move_to_main(c);
             return None;
         }
-        match self.main_victim(limit) {
-            Some(v) if limit.estimate(c.hash()) > limit.estimate(v.hash()) => {
-                self.move_to_main(c);
-                Some(self.evict_main(v, limit))
-            }
-            Some(v) => {
-                // The incumbent's weight never left the main queue's total.
-                self.front.push(v);
-                Some(self.evict_small(c, limit))
-            }
-            None => Some(self.evict_small(c, limit)),
+        // The duel, sized: a leaver heavier than the main queue's victim faces as many
+        // victims as it would displace (up to `DUEL_VICTIMS`), and must be estimated more
+        // frequent than all of them together, as moka's admission weighs a candidate against
+        // its victims. Entries of one weight meet one victim each, as TinyLFU's duel does.
+        let mut victims: [Option<T>; DUEL_VICTIMS] = Default::default();
+        let (mut n, mut freed, mut against) = (0, 0u64, 0u64);
+        while freed < c.weight() && n < DUEL_VICTIMS {
+            let Some(v) = self.main_victim(limit) else {
+                break;
+            };
+            freed = freed.saturating_add(v.weight());
+            against = against.saturating_add(limit.estimate(v.hash()));
+            victims[n] = Some(v);
+            n += 1;
+        }
+        let Some(first) = victims[0].take() else {
+            return Some(self.evict_small(c, limit));
+        };
+        // The victims' weights never left the main queue's total. Back at its head, the
+        // other victims of a duel won are evicted next (the main queue is over its share by
+        // the leaver's weight); those of a duel lost face the next leaver.
+        if limit.estimate(c.hash()) > against {
+            victims
+                .iter_mut()
+                .filter_map(Option::take)
+                .for_each(|v| self.front.push(v));
+            self.move_to_main(c);
+            Some(self.evict_main(first, limit))
+        } else {
+            self.front.push(first);
+            victims
+                .iter_mut()
+                .filter_map(Option::take)
+                .for_each(|v| self.front.push(v));
+            Some(self.evict_small(c, limit))
         }
     }
 

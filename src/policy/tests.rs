@@ -13,17 +13,15 @@ struct Entry {
     hash: u64,
     meta: EntryMeta,
     cached: StdBool,
+    weight: u64,
 }
-
-/// Every test entry weighs 1.
-const WEIGHT: u64 = 1;
 
 impl Queued for Arc<Entry> {
     fn meta(&self) -> &EntryMeta {
         &self.meta
     }
     fn weight(&self) -> u64 {
-        WEIGHT
+        self.weight
     }
     fn hash(&self) -> u64 {
         self.hash
@@ -36,11 +34,17 @@ impl Queued for Arc<Entry> {
     }
 }
 
+/// An entry of weight 1.
 fn entry(hash: u64) -> Arc<Entry> {
+    heavy(hash, 1)
+}
+
+fn heavy(hash: u64, weight: u64) -> Arc<Entry> {
     Arc::new(Entry {
         hash,
         meta: EntryMeta::new(),
         cached: StdBool::new(true),
+        weight,
     })
 }
 
@@ -151,6 +155,34 @@ fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
         "the more frequent leaver displaces the main victim"
     );
     assert_eq!((p.front.len(), p.main.len()), (0, 9));
+}
+
+#[test]
+fn a_heavy_leaver_must_outweigh_all_the_victims_it_would_displace() {
+    // Nine main entries of weight 1 fill the main queue's share of capacity 10; two
+    // leavers of weight 3, each hit once, would displace three of them.
+    let p = full(0..9, 0..0);
+    for h in [100, 101] {
+        let e = heavy(h, 3);
+        admit(&p, e.clone(), true, 1);
+        e.meta.touch();
+    }
+    // 100 is estimated at 5 (its miss, its hit and three more misses): more than one
+    // victim's 2, less than the 6 of the three victims it needs. It loses, and the three
+    // keep the head of the main queue in their order.
+    p.record(100, 3);
+    assert_eq!(p.victim(10).unwrap().hash, 100);
+    assert_eq!(p.front.len(), 3);
+    // 101, at 7, outweighs the three: it moves in, and the three leave one after the other.
+    p.record(101, 5);
+    let evicted: Vec<u64> = (0..3).map(|_| p.victim(10).unwrap().hash).collect();
+    assert_eq!(evicted, [0, 1, 2]);
+    assert_eq!(
+        p.main_weight.load(Ordering::Relaxed),
+        9,
+        "6 of weight 1 and 101's 3"
+    );
+    assert!(p.front.is_empty());
 }
 
 #[test]
