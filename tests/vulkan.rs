@@ -7,7 +7,7 @@
 mod common;
 
 use common::xorshift;
-use runcache::constant::{AddError, ConstantKey};
+use runcache::constant::{AddError, ConstantCache, ConstantKey};
 use runcache::vulkan::{self, ash::vk, DeviceBuffer, VulkanAllocator, VulkanContext};
 use runcache::{DeviceKind, Source, VulkanError};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -894,5 +894,55 @@ fn a_write_at_an_offset_through_both_staging_halves_lands_in_place() {
     expected[3..3 + patch.len()].copy_from_slice(&patch);
     assert!(gpu.read(&buffer, 0, 1 << 20).unwrap() == expected);
     drop((buffer, gpu));
+    assert_clean_to_the_end(ctx);
+}
+
+#[test]
+fn the_cache_follows_the_device_budget_as_other_work_takes_and_returns_memory() {
+    let Some(ctx) = context() else { return };
+    if std::env::var_os("RUNCACHE_CONSTANT_CACHE_CAPACITY").is_some() {
+        eprintln!("skipped: a MiB setting in the environment wins over the device budget");
+        return;
+    }
+    let gpu = VulkanAllocator::new(ctx.clone()).unwrap();
+    let cache = ConstantCache::evicting(DeviceKind::Gpu, 1 << 20);
+    // The device leaves this process 64 MiB: the cache gets half.
+    ctx.__override_budget(Some(64 << 20));
+    assert_eq!(vulkan::follow_budget(&gpu, &cache), 32 << 20);
+    assert_eq!(cache.capacity(), 32 << 20);
+    for layer in 0..6u64 {
+        let bytes = vec![layer as u8; 4 << 20];
+        let added = cache
+            .get_or_add(ConstantKey::new(1, layer), bytes.len(), || {
+                gpu.upload_constant(&bytes)
+            })
+            .unwrap();
+        assert_eq!(added.source, Source::Cached);
+    }
+    assert_eq!(cache.size(), 24 << 20);
+    // Other work takes memory: 16 MiB left, so 8 MiB for the cache, its least recently used
+    // weights going first.
+    assert!(
+        cache.get(ConstantKey::new(1, 0)).is_some(),
+        "layer 0 is now the most recent"
+    );
+    ctx.__override_budget(Some(16 << 20));
+    assert_eq!(vulkan::follow_budget(&gpu, &cache), 8 << 20);
+    assert_eq!(cache.size(), 8 << 20);
+    assert!(cache.get(ConstantKey::new(1, 0)).is_some());
+    assert!(cache.get(ConstantKey::new(1, 5)).is_some());
+    assert!(cache.get(ConstantKey::new(1, 1)).is_none());
+    // The memory comes back: the cache may grow again, and keeps what it holds.
+    ctx.__override_budget(Some(128 << 20));
+    assert_eq!(vulkan::follow_budget(&gpu, &cache), 64 << 20);
+    assert_eq!(cache.size(), 8 << 20);
+    // The driver's own budget again: the same as a fresh cache's default, less nothing of
+    // this allocator's own memory.
+    ctx.__override_budget(None);
+    let followed = vulkan::follow_budget(&gpu, &cache);
+    assert_eq!(followed, cache.capacity());
+    assert!(followed > 0);
+    assert_eq!(cache.pinned_bytes(), 0, "evicted buffers were freed");
+    drop((cache, gpu));
     assert_clean_to_the_end(ctx);
 }

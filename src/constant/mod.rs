@@ -10,8 +10,9 @@
 //!   concurrent callers for the same key wait and receive the same buffer, and a buffer that
 //!   does not fit is still returned to its caller, uncached. [`Added::source`] says which.
 //! - The budget is in bytes, exact at every instant; when full, new buffers are rejected (no
-//!   eviction at insert). Shrinking the capacity removes least-recently-used buffers until the
-//!   rest fits; growing it keeps everything; 0 clears and disables.
+//!   eviction at insert), or, in a cache made by [`ConstantCache::evicting`], cached ones are
+//!   evicted to make room. Shrinking the capacity removes least-recently-used buffers until
+//!   the rest fits; growing it keeps everything; 0 clears and disables.
 //! - [`ConstantCache::size`] never blocks on a pending build, and
 //!   [`ConstantCache::pinned_bytes`] reports buffers that left the cache (or never entered it)
 //!   but that callers still hold, so `size() + pinned_bytes()` is the real footprint.
@@ -269,9 +270,39 @@ impl ConstantCache {
     /// assert_eq!((cache.device(), cache.capacity_mb()), (DeviceKind::Gpu, 3));
     /// ```
     pub fn with_capacity_bytes(device: DeviceKind, bytes: u64) -> Self {
+        Self::build(device, bytes, WhenFull::Reject)
+    }
+
+    /// A cache for `device` holding at most `bytes` bytes that makes room for a new buffer
+    /// by evicting cached ones (runcache's scan-resistant policy, [`WhenFull::Evict`])
+    /// instead of refusing it: for many models under one budget whose popularity moves,
+    /// where a rejecting cache would keep the first models' weights for good. A buffer
+    /// heavier than the whole budget is still refused (returned to its caller uncached), and
+    /// an evicted buffer that callers hold counts in [`pinned_bytes`](Self::pinned_bytes)
+    /// until they let go. Shrinks by [`set_capacity_bytes`](Self::set_capacity_bytes) still
+    /// remove the least recently used first.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{ConstantBuffer, DeviceKind, Source};
+    ///
+    /// let weights = ConstantCache::evicting(DeviceKind::Cpu, 8 << 10);
+    /// for model in 0..3 {
+    ///     let added = weights
+    ///         .get_or_add(ConstantKey::new(model, 0), 4 << 10, || ConstantBuffer::host(4 << 10))
+    ///         .unwrap();
+    ///     assert_eq!(added.source, Source::Cached, "room is made for every model in turn");
+    /// }
+    /// assert_eq!((weights.len(), weights.size()), (2, 8 << 10));
+    /// ```
+    pub fn evicting(device: DeviceKind, bytes: u64) -> Self {
+        Self::build(device, bytes, WhenFull::Evict)
+    }
+
+    fn build(device: DeviceKind, bytes: u64, when_full: WhenFull) -> Self {
         let cache = Cache::builder()
             .capacity(bytes)
-            .when_full(WhenFull::Reject)
+            .when_full(when_full)
             .weigher(|_, b: &ConstantBuffer| b.size() as u64)
             .on_evict(|_, b, _| b.mark_outside())
             .build()

@@ -396,7 +396,13 @@ pub struct VulkanContext {
     pub(super) max_allocation_size: u64,
     /// The index of the largest device-local heap.
     pub(super) device_heap: Option<usize>,
+    /// A budget for that heap that overrides what the driver reports (`NO_OVERRIDE`: none),
+    /// for tests of the paths that follow the budget on drivers whose budget never moves.
+    pub(super) budget_override: AtomicU64,
 }
+
+/// `budget_override` when nothing overrides the driver's budget.
+const NO_OVERRIDE: u64 = u64::MAX;
 
 // SAFETY: (V2) Vulkan handles may be used from any thread; the calls that need external
 // synchronization (queue submission) go through `queue_lock`, and command pools are owned by
@@ -513,6 +519,7 @@ impl VulkanContext {
                         .contains(vk::MemoryHeapFlags::DEVICE_LOCAL)
                 })
                 .max_by_key(|&i| memory.memory_heaps[i].size),
+            budget_override: AtomicU64::new(NO_OVERRIDE),
         }
     }
 
@@ -699,10 +706,30 @@ impl VulkanContext {
         Some(budget)
     }
 
-    /// The largest device-local heap (the one constant buffers go to), with its budget.
+    /// The largest device-local heap (the one constant buffers go to), with its budget (or
+    /// the budget [`__override_budget`](Self::__override_budget) set).
     pub(crate) fn device_heap(&self) -> Option<HeapBudget> {
         let i = self.device_heap?;
-        Some(self.heap(i, self.budget().as_ref()))
+        let mut heap = self.heap(i, self.budget().as_ref());
+        // Relaxed: a test's setting, read on its own.
+        let forced = self.budget_override.load(Ordering::Relaxed);
+        if forced != NO_OVERRIDE {
+            heap.budget = Some(forced);
+            heap.usage = Some(0);
+        }
+        Some(heap)
+    }
+
+    /// Fault injection, for tests: from now on the largest device-local heap's budget reads
+    /// as `bytes` and its usage as 0 (`None`: as the driver reports them again), as if other
+    /// work on the device had taken or given back memory. The allocator's budget checks and
+    /// [`follow_budget`](super::follow_budget) see it; [`heaps`](Self::heaps) does not. Not
+    /// part of the stable API.
+    #[doc(hidden)]
+    pub fn __override_budget(&self, bytes: Option<u64>) {
+        // Relaxed: see `device_heap`.
+        self.budget_override
+            .store(bytes.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
     }
 
     /// Validation errors reported so far (always 0 without validation).

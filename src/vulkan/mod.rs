@@ -43,7 +43,8 @@
 //! default is the whole device memory), because activations, workspaces and other processes
 //! need the rest. A MiB setting from the user — [`ConstantCache::set_capacity_mb`], or the
 //! `gpu:` field of `RUNCACHE_CONSTANT_CACHE_CAPACITY` — always wins: see [`constant_cache`] and
-//! [`configure_process_cache`].
+//! [`configure_process_cache`]. [`follow_budget`] keeps a cache at that half while serving,
+//! as other work takes device memory and gives it back.
 //!
 //! # Lifetimes
 //!
@@ -186,6 +187,47 @@ pub fn configure_process_cache(ctx: &VulkanContext) -> u64 {
         cache.set_capacity_bytes(default_capacity(ctx));
     }
     cache.capacity()
+}
+
+/// Sets `cache`'s capacity to what the device's budget leaves for it now, and returns it:
+/// half of the budget `VK_EXT_memory_budget` reports for the largest device-local heap, less
+/// what other work uses of it (the heap's usage less the device memory `allocator` itself
+/// holds, so the cache's own buffers do not shrink it). Call it now and then while serving
+/// (the runtime calls it every 64 requests): the cache shrinks, least recently used first,
+/// when other work takes device memory, and grows back when it returns. A MiB setting from
+/// the user (the `gpu:` field of `RUNCACHE_CONSTANT_CACHE_CAPACITY`) wins: the capacity is
+/// then left alone. Without the extension the budget is the heap's size, which never moves.
+///
+/// ```no_run
+/// use runcache::vulkan::{self, VulkanAllocator, VulkanContext};
+/// use runcache::{constant::ConstantCache, DeviceKind};
+///
+/// let gpu = VulkanAllocator::new(VulkanContext::builder().build()?)?;
+/// let weights = ConstantCache::evicting(DeviceKind::Gpu, vulkan::default_capacity(gpu.context()));
+/// // ... every so often while serving:
+/// let capacity = vulkan::follow_budget(&gpu, &weights);
+/// assert_eq!(weights.capacity(), capacity);
+/// # Ok::<(), runcache::VulkanError>(())
+/// ```
+pub fn follow_budget(allocator: &VulkanAllocator, cache: &ConstantCache) -> u64 {
+    if constant::env_capacity_mb(DeviceKind::Gpu).is_some() {
+        return cache.capacity();
+    }
+    let Some(heap) = allocator.context().device_heap() else {
+        return cache.capacity();
+    };
+    let available = match (heap.budget, heap.usage) {
+        (Some(budget), Some(usage)) => {
+            let others = usage.saturating_sub(allocator.memory_report().driver_bytes);
+            budget.saturating_sub(others)
+        }
+        _ => heap.size,
+    };
+    let capacity = available / 2;
+    if capacity != cache.capacity() {
+        cache.set_capacity_bytes(capacity);
+    }
+    capacity
 }
 
 /// Takes a lock of this layer (see the module docs, "Locks").
