@@ -146,18 +146,27 @@ pub fn reorder(weights: &[f32], k: usize, n: usize) -> Vec<f32> {
 }
 
 /// One layer on `m` rows of `input` (`m × k`), the plain way: for each output, the bias plus
-/// the products in order of `p`, each multiplied and then added.
+/// the products in order of `p`, each multiplied and then added. The loops run row by row of
+/// the weight (every output of a row accumulates its product of `p` before any takes the
+/// next), which reads the weight in order and leaves each output's sum, term by term, as it
+/// was.
 pub fn reference_layer(input: &[f32], m: usize, layer: &Layer) -> Vec<f32> {
     let (k, n) = (layer.k, layer.n);
     let mut out = vec![0.0; m * n];
     for i in 0..m {
-        for j in 0..n {
-            let mut acc = layer.bias[j];
-            for p in 0..k {
-                let prod = input[i * k + p] * layer.weights[p * n + j];
-                acc += prod;
+        let acc = &mut out[i * n..][..n];
+        acc.copy_from_slice(&layer.bias);
+        for p in 0..k {
+            let x = input[i * k + p];
+            for (a, w) in acc.iter_mut().zip(&layer.weights[p * n..][..n]) {
+                let prod = x * w;
+                *a += prod;
             }
-            out[i * n + j] = if layer.relu { acc.max(0.0) } else { acc };
+        }
+        if layer.relu {
+            for a in acc.iter_mut() {
+                *a = a.max(0.0);
+            }
         }
     }
     out

@@ -128,6 +128,27 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
             vec!["--inject", "compile"],
             "--inject: `compile` is not FAILURE:P",
         ),
+        (vec!["--models", "0"], "--models: must be at least 1"),
+        (
+            vec!["--popularity", "-1"],
+            "--popularity: -1 is not an exponent of 0 or more",
+        ),
+        (
+            vec!["--popularity", "NaN"],
+            "--popularity: NaN is not an exponent of 0 or more",
+        ),
+        (
+            vec!["--popularity", "steep"],
+            "--popularity: `steep` is not a number",
+        ),
+        (
+            vec!["--models", "4", "--hidden", "128"],
+            "--hidden sets the one model's width",
+        ),
+        (
+            vec!["--budget-mib", "lots"],
+            "--budget-mib: `lots` is not a whole number",
+        ),
     ] {
         let stderr = refused(&args, "cpu:64");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
@@ -148,6 +169,10 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
         "--seed",
         "--hidden",
         "--inject",
+        "--models",
+        "--popularity",
+        "--shift",
+        "--budget-mib",
         "--gpu",
         "--async",
         "--json",
@@ -160,12 +185,33 @@ fn bad_flags_and_a_bad_environment_are_clear_errors() {
 
 #[test]
 fn ctrl_c_prints_the_figures_so_far() {
-    let child = runtime()
+    use std::io::BufRead;
+    let mut child = runtime()
         .args(["--requests", "100000000", "--cache", "runcache,none"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("the runtime runs");
+    // Its standard error says when the warm-up is over and the measured runs begin.
+    let stderr = child.stderr.take().expect("piped");
+    let (started, warmed) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("warm-up:") {
+                let _ = started.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    warmed
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("the warm-up ends");
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -173,10 +219,8 @@ fn ctrl_c_prints_the_figures_so_far() {
         .expect("kill runs");
     assert!(sent.success());
     let out = child.wait_with_output().expect("the runtime ends");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let stderr = reader.join().expect("the reader ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("interrupted; the figures so far"),
@@ -342,4 +386,95 @@ fn gpu_weights_serve_correct_responses_with_every_cache() {
         "{}",
         lines[0]
     );
+}
+
+#[test]
+fn models_that_would_not_fit_in_memory_are_refused_before_serving() {
+    if !std::path::Path::new("/proc/meminfo").exists() {
+        eprintln!("skipped: no /proc/meminfo to know the memory available");
+        return;
+    }
+    // A million models of 64 to 1,024 wide: about 1.4 TB of weights.
+    let stderr = refused(&["--models", "1000000", "--requests", "5"], "cpu:64");
+    assert!(
+        stderr.contains("--models 1000000: the models' weights take")
+            && stderr.contains("of memory available"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn many_models_under_one_budget_serve_correct_responses_and_runcache_never_exceeds_it() {
+    let (code, stdout, stderr) = run(&[
+        "--models",
+        "8",
+        "--shift",
+        "--budget-mib",
+        "1",
+        "--requests",
+        "240",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    for line in &lines {
+        assert!(
+            line.contains("\"models\":8") && line.contains("\"shift\":true"),
+            "{line}"
+        );
+        assert_eq!(field(line, "requests"), 240.0, "{line}");
+        assert_every_response_right(line);
+        assert_eq!(field(line, "weight_budget_bytes"), 1048576.0, "{line}");
+        assert!(
+            field(line, "weight_samples") >= 60.0,
+            "one sample in four requests: {line}"
+        );
+        assert!(field(line, "p999_ms") >= field(line, "p99_ms"), "{line}");
+    }
+    let runcache = lines[0];
+    assert_eq!(
+        field(runcache, "weight_samples_over_budget"),
+        0.0,
+        "{runcache}"
+    );
+    assert!(
+        field(runcache, "peak_weight_bytes") <= 1048576.0,
+        "{runcache}"
+    );
+    assert!(
+        field(runcache, "weight_reorders") > 24.0,
+        "eight models' 24 weights do not fit in 1 MiB: some are reordered again: {runcache}"
+    );
+    let none = lines[4];
+    assert_eq!(field(none, "weight_reorders"), 720.0, "no cache: every use");
+}
+
+#[test]
+fn a_budget_below_the_smallest_model_reorders_every_weight_and_stays_correct() {
+    let (code, stdout, stderr) = run(&[
+        "--models",
+        "4",
+        "--budget-mib",
+        "0",
+        "--requests",
+        "60",
+        "--threads",
+        "1",
+        "--cache",
+        "runcache,quick_cache,mutex-hashmap",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    for line in stdout.lines() {
+        assert_every_response_right(line);
+        assert_eq!(
+            field(line, "weight_reorders"),
+            180.0,
+            "every use reorders: {line}"
+        );
+        assert_eq!(field(line, "peak_weight_bytes"), 0.0, "{line}");
+    }
 }
