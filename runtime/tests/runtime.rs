@@ -412,7 +412,7 @@ fn many_models_under_one_budget_serve_correct_responses_and_runcache_never_excee
         "--budget-mib",
         "1",
         "--requests",
-        "240",
+        "160",
         "--threads",
         "2",
         "--json",
@@ -425,11 +425,11 @@ fn many_models_under_one_budget_serve_correct_responses_and_runcache_never_excee
             line.contains("\"models\":8") && line.contains("\"shift\":true"),
             "{line}"
         );
-        assert_eq!(field(line, "requests"), 240.0, "{line}");
+        assert_eq!(field(line, "requests"), 160.0, "{line}");
         assert_every_response_right(line);
         assert_eq!(field(line, "weight_budget_bytes"), 1048576.0, "{line}");
         assert!(
-            field(line, "weight_samples") >= 60.0,
+            field(line, "weight_samples") >= 40.0,
             "one sample in four requests: {line}"
         );
         assert!(field(line, "p999_ms") >= field(line, "p99_ms"), "{line}");
@@ -449,7 +449,7 @@ fn many_models_under_one_budget_serve_correct_responses_and_runcache_never_excee
         "eight models' 24 weights do not fit in 1 MiB: some are reordered again: {runcache}"
     );
     let none = lines[4];
-    assert_eq!(field(none, "weight_reorders"), 720.0, "no cache: every use");
+    assert_eq!(field(none, "weight_reorders"), 480.0, "no cache: every use");
 }
 
 #[test]
