@@ -1,7 +1,7 @@
 //! The caches one run serves with, and what it counts: the kernel cache and the weight
-//! cache of one choice (runcache's, or a peer's), the compiles and reorders they cause, and
-//! why a request failed.
+//! cache of one choice (runcache's, or a peer's), and the compiles and reorders they cause.
 
+use crate::failure::Failure;
 use crate::flags::{Choice, Inject, Options};
 use crate::peers::Peer;
 use crate::store::{chain, Held, HeldWeights, Store};
@@ -11,65 +11,6 @@ use runcache_runtime::model::{reorder, Mlp};
 use runcache_runtime::{Kernel, KernelError, Shape};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
-
-/// Why a request failed: counted per kind in the report.
-#[derive(Clone, Debug)]
-pub enum Failure {
-    /// The request has more rows than the model's limit.
-    Rows { rows: usize, limit: usize },
-    /// A kernel failed to compile or run.
-    Kernel(KernelError),
-    /// A compile failed on purpose (`--inject compile:P`).
-    InjectedCompile(Shape),
-    /// The weights could not be made, stored or read back.
-    Weights(String),
-    /// No scratch pool could be had.
-    Scratch(String),
-    /// A cache's own error (an async build that would wait for itself, say).
-    Cache(String),
-}
-
-impl Failure {
-    /// Whether only a failure injected on purpose leads here.
-    pub fn injected(&self) -> bool {
-        matches!(self, Failure::Rows { .. } | Failure::InjectedCompile(_))
-    }
-
-    /// The report's count for this kind: rows, compile, weights or other.
-    pub fn slot(&self) -> usize {
-        match self {
-            Failure::Rows { .. } => 0,
-            Failure::Kernel(_) | Failure::InjectedCompile(_) => 1,
-            Failure::Weights(_) => 2,
-            Failure::Scratch(_) | Failure::Cache(_) => 3,
-        }
-    }
-}
-
-impl From<KernelError> for Failure {
-    fn from(e: KernelError) -> Self {
-        Failure::Kernel(e)
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Rows { rows, limit } => {
-                write!(f, "{rows} rows are over the model's limit of {limit}")
-            }
-            Failure::Kernel(e) => write!(f, "{e}"),
-            Failure::InjectedCompile(shape) => {
-                write!(f, "compiling {shape} failed (injected by --inject compile)")
-            }
-            Failure::Weights(e) => write!(f, "weights: {e}"),
-            Failure::Scratch(e) => write!(f, "no scratch: {e}"),
-            Failure::Cache(e) => write!(f, "cache: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Failure {}
 
 /// The kernel and weight caches of one run. One is made per run and never moved after, so
 /// its variants' sizes do not matter.

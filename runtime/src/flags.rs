@@ -7,6 +7,8 @@ pub const MAX_HIDDEN: usize = 4096;
 /// `MODEL_WIDTH_STEP * MODEL_WIDTH_STEPS` (64 to 1,024).
 pub const MODEL_WIDTH_STEP: usize = 64;
 pub const MODEL_WIDTH_STEPS: u64 = 16;
+/// Concurrent requests per serving thread with `--async`.
+pub const TASKS_PER_THREAD: usize = 4;
 /// The most models `--models` takes (the memory check refuses far fewer on most machines).
 pub const MAX_MODELS: usize = 1 << 20;
 

@@ -47,6 +47,7 @@
 //! or environment, or models that would not fit in memory.
 
 mod backend;
+mod failure;
 mod flags;
 mod peers;
 mod reporting;

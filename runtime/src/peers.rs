@@ -3,7 +3,7 @@
 //! what a runtime without a cache library writes, a map behind a mutex that evicts its least
 //! recently used entries by weight.
 
-use crate::backend::Failure;
+use crate::failure::Failure;
 use crate::flags::Choice;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;

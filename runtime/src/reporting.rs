@@ -1,8 +1,7 @@
 //! What a run measured, and the three ways it is printed: a table per thread count, one JSON
 //! object per run, or Markdown rows for `docs/BENCHMARKS.md`.
 
-use crate::flags::Options;
-use crate::serving::TASKS_PER_THREAD;
+use crate::flags::{Options, TASKS_PER_THREAD};
 use crate::store::Store;
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -3,8 +3,9 @@
 //! is checked against the plain reference; the weight cache's bytes and the process's
 //! resident memory are sampled while it serves.
 
-use crate::backend::{Backend, Failure};
-use crate::flags::{Choice, Options, Output};
+use crate::backend::Backend;
+use crate::failure::Failure;
+use crate::flags::{Choice, Options, Output, TASKS_PER_THREAD};
 use crate::reporting::Report;
 use crate::store::{chain, Store};
 use crate::traffic::{Traffic, MAX_ROWS};
@@ -18,8 +19,6 @@ use std::time::{Duration, Instant};
 /// Set by Ctrl-C: the serving threads stop taking requests.
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
-/// Concurrent requests per serving thread with `--async`.
-pub const TASKS_PER_THREAD: usize = 4;
 /// Responses of an async serving thread that may wait for their reference check.
 const UNCHECKED: usize = 1024;
 /// The weight cache's bytes are sampled every this many requests, the process's resident

@@ -1,7 +1,7 @@
 //! Where the reordered weights live (host memory, or Vulkan device buffers with `--gpu`),
 //! the weight budget every cache gets, and the handles a lookup hands back.
 
-use crate::backend::Failure;
+use crate::failure::Failure;
 use runcache::constant::{self, ConstantCache};
 use runcache::{ConstantBuffer, DeviceKind, Handle};
 use std::fmt::Write as _;
