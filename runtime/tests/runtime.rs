@@ -209,9 +209,15 @@ fn ctrl_c_prints_the_figures_so_far() {
         }
         text
     });
-    warmed
+    if warmed
         .recv_timeout(std::time::Duration::from_secs(300))
-        .expect("the warm-up ends");
+        .is_err()
+    {
+        // Never leave the child serving its hundred million requests.
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the warm-up did not end within 300 s");
+    }
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
