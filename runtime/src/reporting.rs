@@ -143,19 +143,22 @@ pub fn print_json(reports: &[Report], o: &Options) {
 
 /// runcache's requests per second over `r`'s, in the same run and thread count.
 fn speed_up(reports: &[Report], r: &Report) -> Option<f64> {
-    let ours = reports
-        .iter()
-        .find(|x| x.name == "runcache" && x.threads == r.threads)?;
+    let ours = runcache_beside(reports, r)?;
     (r.per_second() > 0.0).then(|| ours.per_second() / r.per_second())
 }
 
 /// `r`'s p99 latency over runcache's, in the same run and thread count (above 1: runcache's
 /// tail is shorter).
 fn tail_ratio(reports: &[Report], r: &Report) -> Option<f64> {
-    let ours = reports
-        .iter()
-        .find(|x| x.name == "runcache" && x.threads == r.threads)?;
+    let ours = runcache_beside(reports, r)?;
     (ours.p99 > Duration::ZERO).then(|| r.p99.as_secs_f64() / ours.p99.as_secs_f64())
+}
+
+/// runcache's report at `r`'s thread count.
+fn runcache_beside<'a>(reports: &'a [Report], r: &Report) -> Option<&'a Report> {
+    reports
+        .iter()
+        .find(|x| x.name == "runcache" && x.threads == r.threads)
 }
 
 pub fn print_table(reports: &[Report], o: &Options) {
