@@ -204,6 +204,7 @@ fn every_public_method_of_the_facade_shows_an_example() {
     let files = [
         "src/cache/mod.rs",
         "src/cache/builder.rs",
+        "src/cache/outcome.rs",
         "src/cache/future.rs",
         "src/cache/pinned.rs",
         "src/raw/handle.rs",

@@ -49,12 +49,17 @@
 mod alloc;
 mod buffer;
 mod config;
+mod global;
 
 pub use alloc::{AllocError, BufferAllocator, DeviceKind, HostAllocator};
 pub use buffer::{ConstantBuffer, DeviceMemory};
 pub use config::{
     parse_capacity_config, CapacityConfig, CapacityParseError, CapacityParseErrorKind,
     ParsedCapacity, MAX_CAPACITY_MB,
+};
+pub use global::{
+    cache, capacity_mb, env_capacity_mb, env_report, is_enabled, set_capacity_mb, set_enabled,
+    EnvReport,
 };
 
 use crate::cache::{Cache, Fetched, Handle, Source, Stats, WhenFull};
@@ -63,12 +68,12 @@ use crate::sync::{AtomicU64, Ordering};
 use buffer::Ledger;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The environment variable read by the process-wide caches.
 pub const ENV_VAR: &str = "RUNCACHE_CONSTANT_CACHE_CAPACITY";
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 /// A constant's key: the backend's id and the backend's own key, both kept whole.
 ///
@@ -723,157 +728,4 @@ impl fmt::Debug for ConstantCache {
             .field("pinned_bytes", &self.pinned_bytes())
             .finish()
     }
-}
-
-/// What the process-wide caches found in the environment on first use.
-///
-/// ```
-/// use runcache::constant::{self, DeviceKind};
-///
-/// // Read once, on first use of a process-wide cache.
-/// let report = constant::env_report();
-/// match &report.value {
-///     None => assert!(report.parsed.errors.is_empty()),
-///     Some(value) => {
-///         for e in &report.parsed.errors {
-///             eprintln!("{}={value}: {e}", constant::ENV_VAR);
-///         }
-///     }
-/// }
-/// assert_eq!(report.parsed.config.get(DeviceKind::Cpu), constant::env_capacity_mb(DeviceKind::Cpu));
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EnvReport {
-    /// The variable's value, if it was set (lossily decoded if it was not UTF-8).
-    pub value: Option<String>,
-    /// What was applied and what was wrong (empty when the variable was unset).
-    pub parsed: ParsedCapacity,
-}
-
-struct Global {
-    caches: [ConstantCache; 2],
-    env: EnvReport,
-}
-
-static GLOBAL: OnceLock<Global> = OnceLock::new();
-
-fn global() -> &'static Global {
-    GLOBAL.get_or_init(|| {
-        let value = std::env::var_os(ENV_VAR).map(|v| v.to_string_lossy().into_owned());
-        let parsed = value
-            .as_deref()
-            .map(parse_capacity_config)
-            .unwrap_or_default();
-        for e in &parsed.errors {
-            log::warn!("{ENV_VAR}: {e}; that device kind keeps its default capacity (0)");
-        }
-        let make = |kind: DeviceKind| {
-            let mb = parsed.config.get(kind).unwrap_or(0);
-            ConstantCache::with_capacity_bytes(kind, mb.saturating_mul(MIB))
-        };
-        Global {
-            caches: [make(DeviceKind::Cpu), make(DeviceKind::Gpu)],
-            env: EnvReport { value, parsed },
-        }
-    })
-}
-
-/// The process-wide constant cache of `kind`.
-///
-/// ```
-/// use runcache::constant::{self, ConstantKey, DeviceKind};
-/// use runcache::ConstantBuffer;
-///
-/// constant::set_capacity_mb(DeviceKind::Cpu, 64); // or RUNCACHE_CONSTANT_CACHE_CAPACITY=cpu:64
-/// let weights = constant::cache(DeviceKind::Cpu);
-/// let added = weights.get_or_add(ConstantKey::new(0, 1), 128, || ConstantBuffer::host(128)).unwrap();
-/// assert!(runcache::Handle::ptr_eq(&added.buffer, &constant::cache(DeviceKind::Cpu).get(ConstantKey::new(0, 1)).unwrap()));
-/// ```
-pub fn cache(kind: DeviceKind) -> &'static ConstantCache {
-    &global().caches[kind.index()]
-}
-
-/// What the process-wide caches read from `RUNCACHE_CONSTANT_CACHE_CAPACITY`, errors included.
-///
-/// ```
-/// use runcache::constant;
-///
-/// let report = constant::env_report();
-/// if report.value.is_none() {
-///     assert_eq!(report.parsed, Default::default(), "unset: nothing applied, nothing wrong");
-/// }
-/// ```
-pub fn env_report() -> &'static EnvReport {
-    &global().env
-}
-
-/// The capacity the environment variable set for `kind`, in MiB, if it set one.
-///
-/// ```
-/// use runcache::constant::{self, DeviceKind};
-///
-/// // Whatever the environment said, an explicit setting wins.
-/// let from_env = constant::env_capacity_mb(DeviceKind::Gpu);
-/// constant::set_capacity_mb(DeviceKind::Gpu, 512);
-/// assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 512);
-/// assert_eq!(constant::env_capacity_mb(DeviceKind::Gpu), from_env, "the report does not change");
-/// ```
-pub fn env_capacity_mb(kind: DeviceKind) -> Option<u64> {
-    global().env.parsed.config.get(kind)
-}
-
-/// Sets the capacity of the process-wide cache of `kind`, in MiB (overrides the environment).
-///
-/// ```
-/// use runcache::constant::{self, DeviceKind};
-///
-/// constant::set_capacity_mb(DeviceKind::Cpu, 1024);
-/// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), 1 << 30);
-/// ```
-pub fn set_capacity_mb(kind: DeviceKind, mb: u64) {
-    cache(kind).set_capacity_mb(mb);
-}
-
-/// The capacity of the process-wide cache of `kind`, in MiB.
-///
-/// ```
-/// use runcache::constant::{self, DeviceKind};
-///
-/// constant::set_capacity_mb(DeviceKind::Cpu, 10);
-/// assert_eq!(constant::capacity_mb(DeviceKind::Cpu), 10);
-/// ```
-pub fn capacity_mb(kind: DeviceKind) -> u64 {
-    cache(kind).capacity_mb()
-}
-
-/// The legacy switch: `true` sets every process-wide cache to unlimited capacity, `false`
-/// to 0 (clear and off).
-///
-/// ```
-/// use runcache::constant::{self, DeviceKind};
-///
-/// constant::set_enabled(false);
-/// assert!(!constant::is_enabled());
-/// assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 0);
-/// constant::set_enabled(true);
-/// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), u64::MAX);
-/// ```
-pub fn set_enabled(enabled: bool) {
-    for kind in DeviceKind::ALL {
-        cache(kind).set_capacity_bytes(if enabled { u64::MAX } else { 0 });
-    }
-}
-
-/// Whether any process-wide cache has a capacity above 0.
-///
-/// ```
-/// use runcache::constant::{self, DeviceKind};
-///
-/// constant::set_enabled(false);
-/// constant::set_capacity_mb(DeviceKind::Cpu, 1);
-/// assert!(constant::is_enabled(), "one kind with a capacity is enough");
-/// ```
-pub fn is_enabled() -> bool {
-    DeviceKind::ALL.iter().any(|k| cache(*k).capacity() > 0)
 }
