@@ -84,6 +84,14 @@ impl<'a, T: Queued> PassLimit<'a, T> {
         self.memory.map_or(0, |m| m.sketch.estimate(hash))
     }
 
+    /// Tells the sketch that a duel met its incumbents at the counters' ceiling
+    /// ([`Sketch::at_ceiling`]), once there is one.
+    pub(super) fn at_ceiling(&self) {
+        if let Some(m) = self.memory {
+            m.sketch.at_ceiling();
+        }
+    }
+
     /// Remembers an evicted hash in the ghost, once there is one.
     pub(super) fn remember(&self, hash: u64) {
         if let Some(m) = self.memory {

@@ -23,6 +23,10 @@
 //!   main queue (the `front` queue) for the next duel.
 //! - The main queue's victim is the first entry at frequency zero; entries above zero get
 //!   another round at frequency − 1 (CLOCK).
+//! - The sketch halves every counter at the end of its period, and earlier once duels keep
+//!   meeting incumbents at its 4-bit ceiling (`Sketch::at_ceiling`): a duel no newcomer can
+//!   win ranks nothing, and the keys of a phase that is over would hold the main queue on
+//!   counts the period has not yet halved.
 //! - When the hot set moves, the main queue's idle entries age: after the hit rate fell by
 //!   5 points, a sampling period in which at least half the main queue's entries were found
 //!   idle (no hit since the policy last looked at them) turns aging on for the next period,
@@ -527,6 +531,11 @@ impl<T: Queued> S3Fifo<T> {
         let Some(first) = victims[0].take() else {
             return Some(self.evict_small(c, limit));
         };
+        // Incumbents all at the counters' ceiling cannot be outweighed: the sketch may halve
+        // early (`Sketch::at_ceiling`).
+        if against >= sketch::MAX * n as u64 {
+            limit.at_ceiling();
+        }
         // The victims' weights never left the main queue's total. Back at its head, the
         // other victims of a duel won are evicted next (the main queue is over its share by
         // the leaver's weight); those of a duel lost face the next leaver.

@@ -239,6 +239,40 @@ fn a_remembered_leaver_hit_in_the_small_queue_skips_the_duel_and_one_hit_alone_d
 }
 
 #[test]
+fn incumbents_at_the_ceiling_give_way_once_duels_halve_the_sketch() {
+    // Nine main entries whose keys the sketch counts at its ceiling, from a phase that is
+    // over: no newcomer can be estimated above them.
+    let p = full(0..9, 0..0);
+    for h in 0..9 {
+        p.record(h, 100);
+    }
+    assert_eq!(p.estimate(0), sketch::MAX);
+    // Ten additions an entry of other keys (the sketch is sized for 64 entries), far short
+    // of the small cache's period.
+    for k in 0..700 {
+        p.record(1_000_000 + k, 1);
+    }
+    // Hashes with high bits of their own (even, as the ghost's fingerprint sets the lowest),
+    // so the ghost does not take one newcomer for another that it saw evicted.
+    let hash = |h: u64| (2 * h) << 32 | h;
+    let duel = |h: u64, extra: u64| {
+        let e = entry(hash(h));
+        admit(&p, e.clone(), true, 1);
+        e.meta.touch();
+        p.record(e.hash, extra);
+        p.victim(10).unwrap().hash & 0xFFFF
+    };
+    // Sixteen newcomers, each hit once, lose their duels to victim 0 at the ceiling...
+    for h in 0..16 {
+        assert_eq!(duel(100 + h, 0), 100 + h, "duel {h} keeps the incumbent");
+    }
+    // ...and the sixteenth halved the sketch: the incumbent is estimated at 7, and a
+    // newcomer seen eight times takes its place. Without the halving it would need 16.
+    assert_eq!(p.estimate(0), 7);
+    assert_eq!(duel(200, 6), 0, "the stale incumbent is evicted");
+}
+
+#[test]
 fn frequency_saturates_and_main_queue_gives_second_chances() {
     let p = evicted(64);
     let e = entry(7);

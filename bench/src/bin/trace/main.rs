@@ -35,6 +35,8 @@
 //!   --only NAME,..      with --suite: only these traces or families (names as printed)
 //!   --shares NAME@F     with --suite: replays suite trace NAME at fraction F of its unique
 //!                       keys under each seed and plots the small queue's share over time
+//!                       (with --suite, --threads T also replays runcache on T threads under
+//!                       the same seeds and reports each cell's loss from one thread to T)
 //! ```
 //!
 //! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
@@ -196,6 +198,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             seeds: seeds.unwrap_or(if quick { 3 } else { 5 }),
             shares,
             only,
+            threads: opts.threads.iter().copied().max().unwrap_or(1),
         });
         return Ok(Some(opts));
     }

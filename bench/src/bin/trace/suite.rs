@@ -66,6 +66,9 @@ pub struct Suite {
     pub shares: Option<String>,
     /// `--only`: the traces or families to keep (all when empty).
     pub only: Vec<String>,
+    /// `--threads`: above 1, runcache is replayed on this many threads too, under the same
+    /// seeds, and each cell reports its loss from one thread.
+    pub threads: usize,
 }
 
 impl Suite {
@@ -89,6 +92,8 @@ struct Cell {
     tinyufo: f64,
     /// One per seed.
     ours: Vec<f64>,
+    /// One per seed, on [`Suite::threads`] threads (empty on one thread).
+    threaded: Vec<f64>,
 }
 
 impl Cell {
@@ -97,6 +102,11 @@ impl Cell {
     }
     fn worst(&self) -> f64 {
         self.ours.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    /// The worst seed's loss from one thread to several (`None` on one thread).
+    fn loss(&self) -> Option<f64> {
+        (!self.threaded.is_empty())
+            .then(|| self.worst() - self.threaded.iter().copied().fold(f64::INFINITY, f64::min))
     }
     fn spread(&self) -> f64 {
         self.ours.iter().copied().fold(f64::NEG_INFINITY, f64::max) - self.worst()
@@ -119,6 +129,8 @@ enum Subject {
     Reference,
     TinyUfo,
     Ours(u64),
+    /// runcache on [`Suite::threads`] threads, under this seed.
+    Threaded(u64),
 }
 
 /// Loads the suite's traces: the real ones present in the folder (a notice for each one
@@ -195,6 +207,11 @@ pub fn run(suite: &Suite) -> Result<(), String> {
                 reference: 0.0,
                 tinyufo: 0.0,
                 ours: vec![0.0; suite.seeds as usize],
+                threaded: if suite.threads > 1 {
+                    vec![0.0; suite.seeds as usize]
+                } else {
+                    Vec::new()
+                },
             });
             for s in [
                 Subject::Lru,
@@ -205,7 +222,11 @@ pub fn run(suite: &Suite) -> Result<(), String> {
             ]
             .into_iter()
             .chain((0..suite.seeds).map(Subject::Ours))
-            {
+            .chain(
+                (0..suite.seeds)
+                    .filter(|_| suite.threads > 1)
+                    .map(Subject::Threaded),
+            ) {
                 jobs.push((t, c, capacity, s));
             }
         }
@@ -229,6 +250,7 @@ pub fn run(suite: &Suite) -> Result<(), String> {
                         Subject::Reference => runcache_bench::wtinylfu::replay(trace, capacity),
                         Subject::TinyUfo => tinyufo(trace, capacity),
                         Subject::Ours(seed) => runcache(trace, capacity, 1, seed),
+                        Subject::Threaded(seed) => runcache(trace, capacity, suite.threads, seed),
                     };
                     let pct = 100.0 * hits as f64 / trace.len() as f64;
                     let mut cells = cells.lock().unwrap();
@@ -240,6 +262,7 @@ pub fn run(suite: &Suite) -> Result<(), String> {
                         Subject::Reference => cell.reference = pct,
                         Subject::TinyUfo => cell.tinyufo = pct,
                         Subject::Ours(seed) => cell.ours[seed as usize] = pct,
+                        Subject::Threaded(seed) => cell.threaded[seed as usize] = pct,
                     }
                 }
             });
@@ -281,8 +304,11 @@ fn print_cells(cells: &[Cell]) {
                 "vs lru"
             );
         }
+        let loss = c
+            .loss()
+            .map_or(String::new(), |l| format!("  {l:+.3} lost on threads"));
         println!(
-            "{:>9} {:>6.2} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7.3} {:>+8.3} {:>+8.3}{}",
+            "{:>9} {:>6.2} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>7.3} {:>+8.3} {:>+8.3}{}{loss}",
             c.capacity,
             100.0 * c.fraction,
             c.lru,
@@ -326,6 +352,19 @@ fn summary(cells: &[&Cell]) -> String {
         wide.trace,
         100.0 * wide.fraction,
     );
+    let lost = cells
+        .iter()
+        .filter_map(|c| c.loss().map(|l| (l, c)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((l, c)) = lost {
+        let over = cells.iter().filter(|c| c.loss() > Some(0.5)).count();
+        let _ = write!(
+            s,
+            "  threads: most lost {l:+.2} ({} at {:.2}%), {over} over 0.5",
+            c.trace,
+            100.0 * c.fraction
+        );
+    }
     s
 }
 
@@ -396,6 +435,7 @@ pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
         seeds: suite.seeds,
         shares: None,
         only: vec![name.to_string()],
+        threads: 1,
     };
     let (_, _, trace) = traces(&one)?
         .into_iter()
@@ -473,6 +513,7 @@ mod tests {
             reference: 0.0,
             tinyufo: 0.0,
             ours: ours.to_vec(),
+            threaded: Vec::new(),
         }
     }
 
@@ -490,6 +531,18 @@ mod tests {
     }
 
     #[test]
+    fn the_loss_on_threads_is_taken_between_the_worst_seeds() {
+        let mut c = cell(&[50.0, 49.0], 49.6, 48.0, 30.0);
+        assert_eq!(c.loss(), None, "one thread only");
+        // The threaded worst (48.2) against the one-thread worst (49.0), whichever seed.
+        c.threaded = vec![48.2, 49.5];
+        assert!((c.loss().unwrap() - 0.8).abs() < 1e-9);
+        // A gain on threads is a negative loss.
+        c.threaded = vec![49.4, 49.6];
+        assert!((c.loss().unwrap() + 0.4).abs() < 1e-9);
+    }
+
+    #[test]
     fn the_suite_keeps_what_only_names_and_quick_its_subset() {
         let suite = |quick, only: &[&str]| Suite {
             dir: PathBuf::new(),
@@ -497,6 +550,7 @@ mod tests {
             seeds: 1,
             shares: None,
             only: only.iter().map(|s| s.to_string()).collect(),
+            threads: 1,
         };
         assert!(suite(false, &[]).keeps("P3.lis.zst", "disk"));
         assert!(!suite(true, &[]).keeps("P3.lis.zst", "disk"));
