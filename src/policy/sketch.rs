@@ -42,15 +42,18 @@ crate::sync::local_key! {
     static ADDS: std::cell::Cell<u32> = std::cell::Cell::new(0);
 }
 
+crate::sync::local_key! {
+    /// The calling thread's duels at the ceiling (see [`Sketch::at_ceiling`]), modulo
+    /// [`CEILING_DUELS`]; shared by every sketch the thread duels in, as `ADDS` is.
+    static CEILINGS: std::cell::Cell<u32> = std::cell::Cell::new(0);
+}
+
 pub(crate) struct Sketch {
     words: Box<[AtomicU64]>,
     /// Additions since the last halving.
     added: AtomicUsize,
     /// Halve every `period` additions.
     period: usize,
-    /// Duels since the last halving whose incumbents all stood at [`MAX`] (see
-    /// [`at_ceiling`](Self::at_ceiling)).
-    ceiling: AtomicUsize,
     /// The fewest additions between two halvings: ten per entry, Caffeine's sample.
     shortest: usize,
 }
@@ -81,7 +84,7 @@ fn period(entries: usize) -> usize {
 /// [`Sketch::at_ceiling`]). The suite's cells move by under 0.3 points from 16 to 64; at 4
 /// the timing of the halvings followed the hash seed more (zigzag at 10% of its keys spread
 /// 1.7 points over five seeds, against 1.2 at 16).
-const CEILING_DUELS: usize = 16;
+const CEILING_DUELS: u32 = 16;
 
 /// The most increments a counter takes in one period on average, for the width (see
 /// [`words`]).
@@ -120,7 +123,6 @@ impl Sketch {
             words: (0..words).map(|_| AtomicU64::new(0)).collect(),
             added: AtomicUsize::new(0),
             period: period(entries),
-            ceiling: AtomicUsize::new(0),
             shortest: PERIOD_PER_ENTRY * entries,
         }
     }
@@ -173,15 +175,19 @@ impl Sketch {
     /// often as its keys saturate it, and a sketch whose counters stay under the ceiling
     /// (long re-reference distances, the case the long period is for) keeps its period.
     pub(crate) fn at_ceiling(&self) {
-        // Relaxed: paces the halving, as `added` does. The thread whose exchange resets the
-        // count halves, so two duels at the ceiling do not halve twice.
-        let n = self.ceiling.fetch_add(1, Ordering::Relaxed) + 1;
-        if n >= CEILING_DUELS
-            && self.added.load(Ordering::Relaxed) >= self.shortest
-            && self
-                .ceiling
-                .compare_exchange(n, 0, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        // Each thread counts its own duels at the ceiling, as it counts its additions, so a
+        // duel adds no shared read-modify-write to the eviction path.
+        if !super::tick(&CEILINGS, CEILING_DUELS) {
+            return;
+        }
+        // Relaxed: paces the halving, as the additions do. The one thread whose update takes
+        // the count of additions back to 0 halves.
+        if self
+            .added
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                (a >= self.shortest).then_some(0)
+            })
+            .is_ok()
         {
             self.halve();
         }
@@ -216,7 +222,8 @@ impl Sketch {
     }
 
     /// Halves every counter. Only the thread whose addition reached the period runs it, or
-    /// the one whose duel at the ceiling reset the count ([`at_ceiling`](Self::at_ceiling)).
+    /// the one whose duel at the ceiling took the additions' count back to 0
+    /// ([`at_ceiling`](Self::at_ceiling)).
     fn halve(&self) {
         for word in self.words.iter() {
             // Relaxed: see `add`.
@@ -227,7 +234,6 @@ impl Sketch {
         }
         // Relaxed: see `add`.
         self.added.store(0, Ordering::Relaxed);
-        self.ceiling.store(0, Ordering::Relaxed);
     }
 }
 
@@ -269,22 +275,29 @@ mod tests {
             MAX,
             "under ten additions an entry since the start"
         );
-        // Ten additions an entry later (well short of the period), the next duel at the
+        // Ten additions an entry later (well short of the period), the sixteenth duel at the
         // ceiling halves every counter, once.
         for k in 0..(s.shortest + BATCH) as u64 {
             s.add(1_000_000 + k, 1);
         }
-        assert_eq!(s.estimate(42), MAX, "no halving without a duel");
-        s.at_ceiling();
-        assert_eq!(s.estimate(42), 7, "halved once");
-        // The count starts over: the next halving needs as many duels and additions again.
         for _ in 0..CEILING_DUELS - 1 {
             s.at_ceiling();
         }
+        assert_eq!(s.estimate(42), MAX, "fifteen duels are not enough");
+        s.at_ceiling();
+        assert_eq!(s.estimate(42), 7, "halved once");
+        // It starts over: the next halving needs as many duels and additions again.
+        for _ in 0..CEILING_DUELS {
+            s.at_ceiling();
+        }
+        assert_eq!(s.estimate(42), 7, "no additions since the halving");
         for k in 0..(s.shortest + BATCH) as u64 {
             s.add(2_000_000 + k, 1);
         }
-        assert_eq!(s.estimate(42), 7, "fifteen duels are not enough");
+        for _ in 0..CEILING_DUELS - 1 {
+            s.at_ceiling();
+        }
+        assert_eq!(s.estimate(42), 7);
         s.at_ceiling();
         assert_eq!(s.estimate(42), 3);
     }
