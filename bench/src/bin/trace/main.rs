@@ -21,7 +21,9 @@
 //!   --fractions F,..    capacities as fractions of the unique keys (default
 //!                       0.001,0.0025,0.005,0.01,0.025,0.05,0.1)
 //!   --capacities C,..   capacities in entries (instead of --fractions)
-//!   --threads T,..      thread counts for the concurrent caches (default 1)
+//!   --threads T,..      thread counts for the concurrent caches (default 1); with --suite
+//!                       one count T, and runcache is replayed on T threads too, under the
+//!                       same seeds, with each cell's loss from one thread to T
 //!   --limit N           replay only the first N accesses of each trace
 //!   --svg-dir DIR       where the plots go (default target/trace)
 //!   --suite             the training suite: every real trace in $RUNCACHE_TRACE_DIR (else
@@ -35,8 +37,6 @@
 //!   --only NAME,..      with --suite: only these traces or families (names as printed)
 //!   --shares NAME@F     with --suite: replays suite trace NAME at fraction F of its unique
 //!                       keys under each seed and plots the small queue's share over time
-//!                       (with --suite, --threads T also replays runcache on T threads under
-//!                       the same seeds and reports each cell's loss from one thread to T)
 //! ```
 //!
 //! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
@@ -192,13 +192,22 @@ fn parse_args() -> Result<Option<Options>, String> {
                 "--suite replays its own traces; drop the others and --matrix, --sizes".into(),
             );
         }
+        let threads = match opts.threads[..] {
+            [t] => t,
+            _ => {
+                return Err(format!(
+                    "--threads: --suite compares one thread with one count T, got {:?}",
+                    opts.threads
+                ))
+            }
+        };
         opts.suite = Some(suite::Suite {
             dir: suite::default_dir(),
             quick,
             seeds: seeds.unwrap_or(if quick { 3 } else { 5 }),
             shares,
             only,
-            threads: opts.threads.iter().copied().max().unwrap_or(1),
+            threads,
         });
         return Ok(Some(opts));
     }

@@ -101,12 +101,11 @@ impl Cell {
         self.moka.max(self.quick)
     }
     fn worst(&self) -> f64 {
-        self.ours.iter().copied().fold(f64::INFINITY, f64::min)
+        lowest(&self.ours)
     }
     /// The worst seed's loss from one thread to several (`None` on one thread).
     fn loss(&self) -> Option<f64> {
-        (!self.threaded.is_empty())
-            .then(|| self.worst() - self.threaded.iter().copied().fold(f64::INFINITY, f64::min))
+        (!self.threaded.is_empty()).then(|| self.worst() - lowest(&self.threaded))
     }
     fn spread(&self) -> f64 {
         self.ours.iter().copied().fold(f64::NEG_INFINITY, f64::max) - self.worst()
@@ -118,6 +117,11 @@ impl Cell {
     fn holds(&self) -> bool {
         self.margin() >= -0.5 && self.worst() - self.lru >= -0.5
     }
+}
+
+/// The lowest of some hit ratios (a cell's worst seed).
+fn lowest(ratios: &[f64]) -> f64 {
+    ratios.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// The subjects a cell replays; runcache once per seed.
