@@ -1,5 +1,6 @@
 //! Trace replayer: hit ratios of runcache, LRU, the Bélády optimum, moka and quick_cache at
-//! several capacities, measured in the same run.
+//! several capacities, measured in the same run. moka runs its pending tasks after every
+//! insert, so that it holds its capacity as the others do (`policies::moka`).
 //!
 //! ```text
 //! cargo run --release -p runcache-bench --bin trace -- [TRACE...] [options]
@@ -30,7 +31,9 @@
 //!                       ../shared/traces beside the repository) at 1%, 5% and 10% of its
 //!                       unique keys (and 0.1-0.5% when it has over 100,000), the synthetic
 //!                       workloads beside them, runcache under several hasher seeds judged at
-//!                       its worst, a reference W-TinyLFU column, and a summary per family
+//!                       its worst, a reference W-TinyLFU column, moka as built (over its
+//!                       capacity between its batches) beside the held one, and a summary
+//!                       per family
 //!   --quick             with --suite: a subset for iteration (one or two traces a family,
 //!                       three capacities, three seeds unless --seeds says otherwise)
 //!   --seeds N           with --suite: runcache's hasher seeds per cell (default 5)
@@ -639,6 +642,24 @@ mod tests {
         let l = loop_trace(10, 1_000);
         assert_eq!(lru(&l, 9), 0);
         assert!(belady(&l, 9) > 0);
+    }
+
+    #[test]
+    fn moka_held_at_its_capacity_hits_within_what_its_capacity_allows_and_buffered_it_does_not() {
+        // A loop of 20 keys through 12 entries. In one round every key comes once, and a key
+        // hit in the round was cached from its previous access on, so every key hit in a
+        // round is cached at the round's first hit: a cache that never holds more than 12
+        // hits at most 12 a round, none in the first. moka as built holds all 20 until 64
+        // writes are pending, and hits more.
+        let l = loop_trace(20, 2_000);
+        let most = 12 * (2_000 / 20 - 1);
+        let held = moka(&l, 12, 1);
+        assert!(held <= most, "held: {held} against at most {most}");
+        let buffered = moka_buffered(&l, 12, 1);
+        assert!(
+            buffered > most,
+            "buffered: {buffered} against at most {most}"
+        );
     }
 
     #[test]

@@ -151,14 +151,39 @@ pub fn runcache_weighted(trace: &[u64], capacity: usize) -> u64 {
     )
 }
 
+/// moka holding its capacity: its pending tasks run after every insert, so its evictions
+/// (and the reads its policy learns from) are applied before the next access, as every other
+/// policy here applies its own. moka as built applies them in batches, once 64 writes or
+/// reads are pending ([`moka_buffered`]), and between batches it holds up to 64 entries over
+/// its capacity: a 12-entry moka holds all 20 keys of a 20-key loop, and on the LIRS cpp
+/// trace at 12 entries it hits 18.7 to 19.0% of the accesses against 15.0 to 15.3% holding
+/// 12 (two runs; moka seeds its sketch at random). Hit ratios
+/// compare caches of one size, so the comparisons use this one.
 pub fn moka(trace: &[u64], capacity: usize, threads: usize) -> u64 {
+    moka_replay(trace, capacity, threads, true)
+}
+
+/// moka as built: its maintenance applies evictions once 64 writes are pending, so it holds
+/// more than its capacity between batches (see [`moka`]); the suite reports it beside the
+/// comparisons, not in them.
+pub fn moka_buffered(trace: &[u64], capacity: usize, threads: usize) -> u64 {
+    moka_replay(trace, capacity, threads, false)
+}
+
+/// Replays against moka, running its pending tasks after every insert when `held`.
+fn moka_replay(trace: &[u64], capacity: usize, threads: usize, held: bool) -> u64 {
     let cache = moka::sync::Cache::<u64, ()>::new(capacity as u64);
     get_or_insert(
         trace,
         threads,
         &cache,
         |c, k| c.get(&k).is_some(),
-        |c, k| c.insert(k, ()),
+        |c, k| {
+            c.insert(k, ());
+            if held {
+                c.run_pending_tasks();
+            }
+        },
     )
 }
 
