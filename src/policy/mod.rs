@@ -41,6 +41,14 @@
 //! - The sketch and the ghost are allocated just before the first eviction, sized for the
 //!   entries the capacity holds at the mean weight of the entries cached then (P4).
 //!
+//! - With several threads, the entries of other threads can be on their way into the small
+//!   queue (reserved, not yet queued) while an evictor finds it empty; the evictor then takes
+//!   the main queue's victim without a duel. The weight so taken is *owed* (**P7**): until it
+//!   has come back, a leaver that would fill the main queue's room must beat the main
+//!   queue's victim for it, as a duel would, instead of walking in. Otherwise each such
+//!   eviction trades a proven main entry for the next leaver, and a 12-entry cache on four
+//!   threads kept a third of what it hit on one.
+//!
 //! One-hit wonders (scans) therefore leave through the small queue without disturbing the
 //! main one, and loops larger than the cache cannot wash out its frequent entries. The queues
 //! are `crossbeam_queue::SegQueue`s (lock-free, MPMC; a loom-visible model of one under loom,
@@ -51,11 +59,12 @@
 //! outnumber the live ones.
 //! `docs/DESIGN.md` has the measurements behind each rule.
 //!
-//! The files: this one holds the queues and their moves; `meta.rs` the entry's own state
-//! (its frequency byte, its claim and its cold stage); `memory.rs` the sketch and the ghost,
-//! and an eviction pass's view of them; `sketch.rs` the count-min sketch; `climb.rs` the
-//! small queue's adaptive share and the aging watch; `upkeep.rs` the compaction of removed
-//! entries and the bookkeeping check.
+//! The files: this one holds the queues and the order they give up victims in; `leave.rs`
+//! where a small-queue leaver goes (the main queue's room, the duel, or out); `meta.rs` the
+//! entry's own state (its frequency byte, its claim and its cold stage); `memory.rs` the
+//! sketch and the ghost, and an eviction pass's view of them; `sketch.rs` the count-min
+//! sketch; `climb.rs` the small queue's adaptive share and the aging watch; `upkeep.rs` the
+//! compaction of removed entries and the bookkeeping check.
 //!
 //! # Invariants of the queues
 //!
@@ -104,10 +113,18 @@
 //!   Staged entries count in the small queue's weight; the staging queues are allocated by
 //!   the sweep's first enlistment ([`SetOnce`]), and an enlister that finds them not yet
 //!   published queues its entry in the small queue, which only orders it less well.
+//! - **P7 (owed room).** `owed` is a hint, like the share: an evictor that takes a main
+//!   victim because the small queue was empty while the main queue was within its share adds
+//!   the victim's weight, and a leaver that wins the main queue's room back through the
+//!   comparison takes its own weight off (saturating at 0). Both are relaxed
+//!   read-modify-writes on that path only, never on a hit or an admission. A stale read makes
+//!   one leaver compare when it need not, or walk into the room when it should have
+//!   compared: either places one entry less well, and the count can never leave 0..=u64::MAX.
 
 #![forbid(unsafe_code)]
 
 mod climb;
+mod leave;
 mod memory;
 mod meta;
 mod sketch;
@@ -161,6 +178,9 @@ pub(crate) struct S3Fifo<T> {
     compact_left: [AtomicUsize; 3],
     /// Whether admissions join the queues (**P2**): off until the cache is first half full.
     queueing: AtomicBool,
+    /// The weight the main queue gave up without a duel while the small queue was empty and
+    /// the main queue within its share, not yet won back (**P7**).
+    owed: AtomicU64,
     /// The small queue's share of the capacity, adapted to the hit rate (**P3**).
     climber: Climber,
 }
@@ -181,6 +201,7 @@ impl<T: Queued> S3Fifo<T> {
             main_weight: AtomicU64::new(0),
             compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
             queueing: AtomicBool::new(false),
+            owed: AtomicU64::new(0),
             climber: Climber::new(entries as u64),
         }
     }
@@ -471,105 +492,20 @@ impl<T: Queued> S3Fifo<T> {
                 }
             }
             match self.main_victim(&limit) {
-                Some(e) => return Some(self.evict_main(e, &limit)),
+                Some(e) => {
+                    if !main_over {
+                        // The small queue was empty though the main queue is within its
+                        // share: other threads' newcomers are on their way into it (P7).
+                        // Relaxed: a hint.
+                        self.owed.fetch_add(e.weight(), Ordering::Relaxed);
+                    }
+                    return Some(self.evict_main(e, &limit));
+                }
                 None if self.small_is_empty() => return None,
                 None => {}
             }
         }
         None
-    }
-
-    /// Decides where an entry leaving the small queue goes; returns the entry to evict (the
-    /// leaver or the main queue's victim), or `None` if the leaver moved to the main queue
-    /// without displacing anything.
-    ///
-    /// - The S3-FIFO rule: an entry that was not hit (and that the ghost did not remember) is
-    ///   evicted, whether or not the main queue has room. It never duels: on traces that are
-    ///   mostly single accesses, duels of such entries (decided by the sketch's estimates,
-    ///   where collisions and halving make one access look like another) kept replacing the
-    ///   main queue's proven entries with newcomers (see `docs/DESIGN.md`).
-    /// - While the main queue has room under `main_capacity`, any other leaver moves there.
-    /// - An entry hit at least `PROMOTE_HITS` times in the small queue moves to the main
-    ///   queue whatever it holds (recency: it proved itself within one window), and so does
-    ///   one the ghost remembered and that was hit in the small queue: it came back after
-    ///   its eviction and again within the window, three accesses in a few capacities'
-    ///   worth of evictions.
-    /// - Otherwise the TinyLFU duel: the leaver takes the main queue's victim's place only if
-    ///   the sketch estimates it more frequent; a tie keeps the incumbent, which stays at the
-    ///   head of the main queue for the next duel.
-    fn leave_small(&self, c: T, main_capacity: u64, limit: &PassLimit<'_, T>) -> Option<T> {
-        let (hits, accesses) = c.meta().take_hits();
-        limit.record(c.hash(), accesses);
-        // Relaxed: a queue-size hint.
-        let main = self.main_weight.load(Ordering::Relaxed);
-        let room = main + c.weight() <= main_capacity;
-        if c.meta().freq() == 0 && (!room || limit.estimate(c.hash()) < 2) {
-            return Some(self.evict_small(c, limit));
-        }
-        // A remembered entry started at frequency 1 and gains one per hit, so its frequency
-        // stays above its hits (up to `MAX_FREQ`, beyond which `PROMOTE_HITS` decides).
-        let returned_and_hit = hits >= 1 && c.meta().freq() > hits;
-        if room || hits >= PROMOTE_HITS || returned_and_hit {
-            self.move_to_main(c);
-            return None;
-        }
-        // The duel, sized: a leaver heavier than the main queue's victim faces as many
-        // victims as it would displace (up to `DUEL_VICTIMS`), and must be estimated more
-        // frequent than all of them together, as moka's admission weighs a candidate against
-        // its victims. Entries of one weight meet one victim each, as TinyLFU's duel does.
-        let mut victims: [Option<T>; DUEL_VICTIMS] = Default::default();
-        let (mut n, mut freed, mut against) = (0, 0u64, 0u64);
-        while freed < c.weight() && n < DUEL_VICTIMS {
-            let Some(v) = self.main_victim(limit) else {
-                break;
-            };
-            freed = freed.saturating_add(v.weight());
-            against = against.saturating_add(limit.estimate(v.hash()));
-            victims[n] = Some(v);
-            n += 1;
-        }
-        let Some(first) = victims[0].take() else {
-            return Some(self.evict_small(c, limit));
-        };
-        // Incumbents all at the counters' ceiling cannot be outweighed: the sketch may halve
-        // early (`Sketch::at_ceiling`).
-        if against >= sketch::MAX * n as u64 {
-            limit.at_ceiling();
-        }
-        // The victims' weights never left the main queue's total. Back at its head, the
-        // other victims of a duel won are evicted next (the main queue is over its share by
-        // the leaver's weight); those of a duel lost face the next leaver.
-        if limit.estimate(c.hash()) > against {
-            victims
-                .iter_mut()
-                .filter_map(Option::take)
-                .for_each(|v| self.front.push(v));
-            self.move_to_main(c);
-            Some(self.evict_main(first, limit))
-        } else {
-            self.front.push(first);
-            victims
-                .iter_mut()
-                .filter_map(Option::take)
-                .for_each(|v| self.front.push(v));
-            Some(self.evict_small(c, limit))
-        }
-    }
-
-    /// Takes a small-queue leaver off the queue's total and remembers it in the ghost.
-    fn evict_small(&self, c: T, limit: &PassLimit<'_, T>) -> T {
-        uncount(&self.small_weight, &c);
-        limit.remember(c.hash());
-        c
-    }
-
-    /// Moves an entry popped from the small queue to the main queue's tail.
-    fn move_to_main(&self, c: T) {
-        c.meta().set_freq(0);
-        let w = c.weight();
-        // Added before it is taken off, so neither total ever misses the entry.
-        push(&self.main, &self.main_weight, c);
-        subtract(&self.small_weight, w);
     }
 }
 

@@ -521,3 +521,44 @@ fn the_stage_of_a_cold_admission_stays_within_the_stages() {
     assert_eq!(stage(31, 64), STAGES as u8 - 1);
     assert_eq!(stage(16, 64), 7);
 }
+
+#[test]
+fn main_entries_taken_while_the_small_queue_was_empty_come_back_only_through_duels() {
+    // Nine main entries fill the main queue's share of capacity 10, and the small queue is
+    // empty, as when other threads' newcomers are still on their way into it: the evictor
+    // takes the main queue's victim without a duel, and the main queue owes its weight.
+    let p = full(0..9, 0..0);
+    // Newcomers' hashes differ from the main entries' in the high bits the ghost keeps, so
+    // the ghost does not take them for evicted ones.
+    const TIE: u64 = 200 << 32 | 100;
+    const STRONG: u64 = 202 << 32 | 101;
+    const FREE: u64 = 204 << 32 | 102;
+    assert_eq!(p.victim(10).unwrap().hash, 0);
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 8);
+    assert_eq!(p.owed.load(Ordering::Relaxed), 1);
+    // A leaver hit once, estimated at 2 as the main victim is, would have walked into the
+    // room; while it is owed, it must beat the victim for it, and a tie keeps the room.
+    let tie = entry(TIE);
+    admit(&p, tie.clone(), true, 1);
+    tie.meta.touch();
+    assert_eq!(p.victim(10).unwrap().hash, TIE, "the tie leaves");
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 8, "the room stays");
+    assert_eq!(p.front.len(), 1, "the victim keeps the head");
+    // A more frequent leaver wins the room and pays the debt. The small queue is empty
+    // again, so the next victim is the main queue's head, taken without a duel once more.
+    let strong = entry(STRONG);
+    admit(&p, strong.clone(), true, 1);
+    strong.meta.touch();
+    p.record(STRONG, 5);
+    assert_eq!(p.victim(10).unwrap().hash, 1);
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 8, "101 in, 1 out");
+    assert_eq!(p.owed.load(Ordering::Relaxed), 1, "paid by 101, owed for 1");
+    // Nothing owed, a leaver that only ties walks into the room, as before the rule (and
+    // the empty small queue gives up the main queue's head once more).
+    p.owed.store(0, Ordering::Relaxed);
+    let free = entry(FREE);
+    admit(&p, free.clone(), true, 1);
+    free.meta.touch();
+    assert_eq!(p.victim(10).unwrap().hash, 2, "the tie moved in");
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 8);
+}

@@ -55,6 +55,22 @@ const FRACTIONS: &[f64] = &[0.01, 0.05, 0.1];
 const SMALL_FRACTIONS: &[f64] = &[0.001, 0.0025, 0.005];
 const LARGE: usize = 100_000;
 
+/// Replays of a compared peer on a trace shorter than [`SHORT`] accesses: the rule compares
+/// with the best of them. moka and quick_cache seed their hashers (and moka its sketch) at
+/// random, and on the short traces one run's luck moves a cell by points (moka holding its
+/// capacity on ps at 5% of its keys: 36.4 to 40.4 over five runs); longer traces move by a
+/// few tenths, and one run each keeps the suite's time.
+const PEER_RUNS: usize = 3;
+/// See [`PEER_RUNS`].
+const SHORT: usize = 200_000;
+
+/// The hits of the best of `replay`'s runs: [`PEER_RUNS`] on a trace under [`SHORT`]
+/// accesses, one on a longer one.
+fn best_of(trace: &[u64], replay: impl Fn() -> u64) -> u64 {
+    let runs = if trace.len() < SHORT { PEER_RUNS } else { 1 };
+    (0..runs).map(|_| replay()).max().unwrap_or(0)
+}
+
 /// What `--suite` was asked for.
 pub struct Suite {
     /// Where the real traces are.
@@ -261,9 +277,9 @@ pub fn run(suite: &Suite) -> Result<(), String> {
                     let trace = &traces[t].2;
                     let hits = match subject {
                         Subject::Lru => lru(trace, capacity),
-                        Subject::Moka => moka(trace, capacity, 1),
+                        Subject::Moka => best_of(trace, || moka(trace, capacity, 1)),
                         Subject::MokaBuffered => moka_buffered(trace, capacity, 1),
-                        Subject::Quick => quick_cache(trace, capacity, 1),
+                        Subject::Quick => best_of(trace, || quick_cache(trace, capacity, 1)),
                         Subject::Reference => runcache_bench::wtinylfu::replay(trace, capacity),
                         Subject::TinyUfo => tinyufo(trace, capacity),
                         Subject::Ours(seed) => runcache(trace, capacity, 1, seed),
@@ -565,6 +581,20 @@ mod tests {
         c.moka_buffered = 52.0;
         assert!(c.holds());
         assert!((c.margin_buffered() + 2.8).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_peer_is_taken_at_its_best_of_three_runs_on_a_short_trace_and_run_once_on_a_long_one() {
+        let runs = std::cell::Cell::new(0u64);
+        let replay = || {
+            runs.set(runs.get() + 1);
+            [5, 9, 7][(runs.get() - 1) as usize % 3]
+        };
+        assert_eq!(best_of(&vec![0; SHORT - 1], replay), 9);
+        assert_eq!(runs.get(), PEER_RUNS as u64);
+        runs.set(0);
+        assert_eq!(best_of(&vec![0; SHORT], replay), 5);
+        assert_eq!(runs.get(), 1);
     }
 
     #[test]

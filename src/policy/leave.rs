@@ -1,0 +1,143 @@
+//! Where an entry leaving the small queue goes: the main queue (its room, or a place won in
+//! the admission duel against the main queue's victims), or out of the cache. The queues
+//! themselves, and the order they are popped in, are in `mod.rs`.
+
+#![forbid(unsafe_code)]
+
+use super::{
+    push, sketch, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS, PROMOTE_HITS,
+};
+use crate::sync::Ordering;
+
+impl<T: Queued> S3Fifo<T> {
+    /// Decides where an entry leaving the small queue goes; returns the entry to evict (the
+    /// leaver or the main queue's victim), or `None` if the leaver moved to the main queue
+    /// without displacing anything.
+    ///
+    /// - The S3-FIFO rule: an entry that was not hit (and that the ghost did not remember) is
+    ///   evicted, whether or not the main queue has room. It never duels: on traces that are
+    ///   mostly single accesses, duels of such entries (decided by the sketch's estimates,
+    ///   where collisions and halving make one access look like another) kept replacing the
+    ///   main queue's proven entries with newcomers (see `docs/DESIGN.md`).
+    /// - While the main queue has room under `main_capacity`, any other leaver moves there;
+    ///   but while room made by evictions without a duel is owed (**P7**), one not promoted
+    ///   by its hits (below) takes the room only by beating the main queue's victim.
+    /// - An entry hit at least `PROMOTE_HITS` times in the small queue moves to the main
+    ///   queue whatever it holds (recency: it proved itself within one window), and so does
+    ///   one the ghost remembered and that was hit in the small queue: it came back after
+    ///   its eviction and again within the window, three accesses in a few capacities'
+    ///   worth of evictions.
+    /// - Otherwise the TinyLFU duel: the leaver takes the main queue's victim's place only if
+    ///   the sketch estimates it more frequent; a tie keeps the incumbent, which stays at the
+    ///   head of the main queue for the next duel.
+    pub(super) fn leave_small(
+        &self,
+        c: T,
+        main_capacity: u64,
+        limit: &PassLimit<'_, T>,
+    ) -> Option<T> {
+        let (hits, accesses) = c.meta().take_hits();
+        limit.record(c.hash(), accesses);
+        // Relaxed: a queue-size hint.
+        let main = self.main_weight.load(Ordering::Relaxed);
+        let room = main + c.weight() <= main_capacity;
+        if c.meta().freq() == 0 && (!room || limit.estimate(c.hash()) < 2) {
+            return Some(self.evict_small(c, limit));
+        }
+        // A remembered entry started at frequency 1 and gains one per hit, so its frequency
+        // stays above its hits (up to `MAX_FREQ`, beyond which `PROMOTE_HITS` decides).
+        let returned_and_hit = hits >= 1 && c.meta().freq() > hits;
+        let promoted = hits >= PROMOTE_HITS || returned_and_hit;
+        // Relaxed: a hint (P7).
+        if room && !promoted && self.owed.load(Ordering::Relaxed) > 0 {
+            return self.win_room(c, limit);
+        }
+        if room || promoted {
+            self.move_to_main(c);
+            return None;
+        }
+        // The duel, sized: a leaver heavier than the main queue's victim faces as many
+        // victims as it would displace (up to `DUEL_VICTIMS`), and must be estimated more
+        // frequent than all of them together, as moka's admission weighs a candidate against
+        // its victims. Entries of one weight meet one victim each, as TinyLFU's duel does.
+        let mut victims: [Option<T>; DUEL_VICTIMS] = Default::default();
+        let (mut n, mut freed, mut against) = (0, 0u64, 0u64);
+        while freed < c.weight() && n < DUEL_VICTIMS {
+            let Some(v) = self.main_victim(limit) else {
+                break;
+            };
+            freed = freed.saturating_add(v.weight());
+            against = against.saturating_add(limit.estimate(v.hash()));
+            victims[n] = Some(v);
+            n += 1;
+        }
+        let Some(first) = victims[0].take() else {
+            return Some(self.evict_small(c, limit));
+        };
+        // Incumbents all at the counters' ceiling cannot be outweighed: the sketch may halve
+        // early (`Sketch::at_ceiling`).
+        if against >= sketch::MAX * n as u64 {
+            limit.at_ceiling();
+        }
+        // The victims' weights never left the main queue's total. Back at its head, the
+        // other victims of a duel won are evicted next (the main queue is over its share by
+        // the leaver's weight); those of a duel lost face the next leaver.
+        if limit.estimate(c.hash()) > against {
+            victims
+                .iter_mut()
+                .filter_map(Option::take)
+                .for_each(|v| self.front.push(v));
+            self.move_to_main(c);
+            Some(self.evict_main(first, limit))
+        } else {
+            self.front.push(first);
+            victims
+                .iter_mut()
+                .filter_map(Option::take)
+                .for_each(|v| self.front.push(v));
+            Some(self.evict_small(c, limit))
+        }
+    }
+
+    /// The main queue's room for a leaver while some of it is owed (**P7**): the room was
+    /// made by evicting a main entry without a duel, so the leaver takes it only if the
+    /// sketch estimates it more frequent than the main queue's victim, which keeps the head
+    /// either way; a winner pays its weight off the debt. Returns the entry to evict (the
+    /// loser), or `None` if the leaver moved to the main queue.
+    fn win_room(&self, c: T, limit: &PassLimit<'_, T>) -> Option<T> {
+        let Some(v) = self.main_victim(limit) else {
+            self.move_to_main(c);
+            return None;
+        };
+        let wins = limit.estimate(c.hash()) > limit.estimate(v.hash());
+        self.front.push(v);
+        if !wins {
+            return Some(self.evict_small(c, limit));
+        }
+        let w = c.weight();
+        // Relaxed: a hint (P7); saturating, as a racing winner may have paid it first.
+        let _ = self
+            .owed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |o| {
+                Some(o.saturating_sub(w))
+            });
+        self.move_to_main(c);
+        None
+    }
+
+    /// Takes a small-queue leaver off the queue's total and remembers it in the ghost.
+    fn evict_small(&self, c: T, limit: &PassLimit<'_, T>) -> T {
+        uncount(&self.small_weight, &c);
+        limit.remember(c.hash());
+        c
+    }
+
+    /// Moves an entry popped from the small queue to the main queue's tail.
+    fn move_to_main(&self, c: T) {
+        c.meta().set_freq(0);
+        let w = c.weight();
+        // Added before it is taken off, so neither total ever misses the entry.
+        push(&self.main, &self.main_weight, c);
+        subtract(&self.small_weight, w);
+    }
+}
