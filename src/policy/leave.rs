@@ -114,13 +114,8 @@ impl<T: Queued> S3Fifo<T> {
         if !wins {
             return Some(self.evict_small(c, limit));
         }
-        let w = c.weight();
-        // Relaxed: a hint (P7); saturating, as a racing winner may have paid it first.
-        let _ = self
-            .owed
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |o| {
-                Some(o.saturating_sub(w))
-            });
+        // Saturating, as a racing winner may have paid it first (P7).
+        subtract(&self.owed, c.weight());
         self.move_to_main(c);
         None
     }

@@ -119,7 +119,8 @@
 //!   comparison takes its own weight off (saturating at 0). Both are relaxed
 //!   read-modify-writes on that path only, never on a hit or an admission. A stale read makes
 //!   one leaver compare when it need not, or walk into the room when it should have
-//!   compared: either places one entry less well, and the count can never leave 0..=u64::MAX.
+//!   compared: either places one entry less well. The count only gates that choice, so no
+//!   value of it, stale or racing, can lose an entry or break the queues' totals.
 
 #![forbid(unsafe_code)]
 
