@@ -705,4 +705,18 @@ mod tests {
             assert_eq!(runcache_bench::wtinylfu::replay(&trace, cap), 999);
         }
     }
+
+    #[test]
+    fn runcache_replayed_on_threads_builds_each_key_once_when_nothing_is_evicted() {
+        // Every key read eight times in a row: threads that miss one key at once join one
+        // build, so exactly one access per key misses, as on one thread.
+        let trace: Vec<u64> = (0..200u64).flat_map(|k| [k; 8]).collect();
+        for threads in [1, 4] {
+            assert_eq!(
+                runcache(&trace, 1_000, threads, 3),
+                200 * 7,
+                "{threads} threads"
+            );
+        }
+    }
 }
