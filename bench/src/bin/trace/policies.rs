@@ -115,10 +115,10 @@ pub fn get_or_insert<C: Sync>(
 ///
 /// Each access goes through `get_or_insert_with`, as a runtime builds its values; it hits
 /// when its builder does not run. On one thread that is a look-up and an insert on a miss.
-/// On several, two threads that miss one key join one build, where two inserts would each
-/// replace the other's entry and lose the hit the first one's entry would have had (web07 at
+/// On several, two threads that miss one key join one build; with two inserts, the second
+/// would replace the first one's entry and lose the hit that entry would have had (web07 at
 /// 1% to 10% of its keys lost 0.6 to 0.8 points from one thread to four that way, 0.03 to
-/// 0.15 through the single-flight lookup).
+/// 0.16 through the single-flight lookup, `docs/DESIGN.md`).
 pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u64 {
     let cache = seeded(capacity, seed);
     concurrently(trace, threads, |k| {
