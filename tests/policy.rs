@@ -202,7 +202,8 @@ fn the_hit_ratio_of_a_frequency_heavy_stream_moves_under_a_point_with_the_hasher
     // The hasher's seed decides the sketch's collisions, the ghost's slots and the order of
     // the sweep; none may decide the outcome. Zipf 0.8 over 400,000 keys with a burst of
     // fresh keys every 100,000 accesses (each burst makes the hit rate fall by more than the
-    // climber's restart threshold), a cache of 8% of the keys, six seeds.
+    // 5 points that open the climber's watch for a moved hot set), a cache of 8% of the
+    // keys, six seeds.
     const CAPACITY: u64 = 32_000;
     const KEYS: u64 = 400_000;
     let stream = |seed| {

@@ -634,7 +634,8 @@ where
 
     /// The share of the capacity that the eviction policy gives its admission (small) queue
     /// now, between 0.01 and 0.4; `None` for a cache that rejects entries when full
-    /// ([`WhenFull::Reject`]). The policy adapts it to the hit rate as the cache runs (see
+    /// ([`WhenFull::Reject`]). The policy adapts it as the cache runs, towards the queue that
+    /// earns more hits for its room (see
     /// `docs/DESIGN.md`, "Eviction"); it is read here as a hint, for monitoring.
     ///
     /// ```

@@ -1,24 +1,29 @@
-//! The small queue's share of the capacity, adapted on line by hill climbing on the cache's
-//! hit rate, as Caffeine sizes its window (Einziger, Eytan, Friedman and Manes, "Adaptive
-//! Software Cache Management", Middleware 2018).
+//! The small queue's share of the capacity, adapted on line by comparing what the two queues
+//! earn for their room, as Caffeine's window climber does for caches over 4,096 entries
+//! (`ben-manes/caffeine`, `.claude/docs/hill-climber.md`: its *density* tier).
 //!
-//! The cache's hit rate is sampled over periods of [`Climber::sample`] accesses (four per
-//! expected entry, at least [`MIN_SAMPLE`]). At the end of each period the share moves by the
-//! step: on in the same direction when the hit rate rose (or held), back the other way when it
-//! fell. The step starts at [`STEP`] of the capacity, shrinks by [`DECAY`] every period, and
-//! starts over at full size when the hit rate jumps by [`RESTART`] or more (the workload
-//! changed). The share stays within [`MIN_SHARE`, `MAX_SHARE`].
+//! The cache's accesses are sampled in periods of [`Climber::sample`] accesses (four per
+//! expected entry, at least [`MIN_SAMPLE`]). In each period the small queue's *density* is
+//! the hits its entries had while in it, per unit of its share of the capacity, and the main
+//! queue's is the period's other hits per unit of the rest. At the end of the period the
+//! share moves by [`GAIN`] times the log of their ratio (at most [`MAX_MOVE`] of the
+//! capacity): up while the small queue earns more per entry than the main queue, down while
+//! it earns less. Both densities come from the same period, so a change of the workload's
+//! phase (a scan, a burst of misses, a quiet spell) moves both and cancels in the ratio. The
+//! share rests where the small queue's part of the hits equals its part of the capacity. The
+//! share stays within [`MIN_SHARE`, `MAX_SHARE`].
 //!
 //! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit
-//! rate fell by [`RESTART`] or more opens a watch of [`MOVED_WATCH`] periods, and a period of
-//! the watch in which at least half the main queue's entries were found idle (no hit since
-//! the policy's last visit, [`Climber::count_visits`]) turns *aging* on for the next period:
-//! the main queue's idle entries then lose half their sketch counts at each visit. A scan
-//! makes the rate fall too, but the main queue's entries keep their hits through it, so it
-//! never ages them.
+//! rate fell by [`MOVED_FALL`] or more from the last opens a watch of [`MOVED_WATCH`]
+//! periods, and a period of the watch in which at least half the main queue's entries were
+//! found idle (no hit since the policy's last visit, [`Climber::count_pass`]) turns *aging*
+//! on for the next period: the main queue's idle entries then lose half their sketch counts
+//! at each visit. A scan makes the rate fall too, but the main queue's entries keep their
+//! hits through it, so it never ages them.
 //!
 //! Nothing here is written on the hit path: the hit rate comes from the cache's own per-thread
-//! statistics, which the evictor sums now and then (`raw/evict.rs`). Each period is closed by
+//! statistics, which the evictor sums now and then (`raw/evict.rs`), and a small-queue
+//! entry's hits are read from its meta when it leaves the queue. Each period is closed by
 //! exactly one thread, the one whose compare-and-swap moves the period's start; the others
 //! carry on with the share as it is, so no evictor waits for another (**P3**).
 
@@ -40,12 +45,16 @@ pub(super) const MIN_SHARE: u32 = ONE / 100;
 /// of its keys: 1% to 80% over eight hasher seeds) cannot wander into a cache that is
 /// mostly a FIFO there.
 pub(super) const MAX_SHARE: u32 = ONE / 5 * 2;
-/// The first step, and the step after a restart: 6.25% of the capacity (Caffeine's).
-const STEP: i64 = ONE as i64 / 16;
-/// The factor the step shrinks by each period (Caffeine's 0.98).
-const DECAY: f64 = 0.98;
-/// A change of the hit rate between two periods that restarts the step at full size.
-const RESTART: f64 = 0.05;
+/// The share's move per period, as a fraction of the capacity per unit of the densities'
+/// log ratio (Caffeine's 0.03).
+const GAIN: f64 = 0.03;
+/// The most the share moves in one period: 30% of the capacity (Caffeine's).
+const MAX_MOVE: f64 = 0.30;
+/// The hits each density counts beyond its own, so that a queue that earned nothing in a
+/// period has a density, and one hit more or less in a sparse period moves little.
+const PRIOR_HITS: f64 = 1.0;
+/// A fall of the hit rate between two periods that opens the watch for a moved hot set.
+const MOVED_FALL: f64 = 0.05;
 /// The least window, in entries (a quarter of a smaller cache): with several threads, the
 /// entries on their way into a one-entry small queue made it look over its share, and a
 /// 47-entry cache on Zipf 1.2 lost 3.2 points from one thread to four (63.7 → 60.5); four
@@ -55,7 +64,7 @@ const FLOOR_ENTRIES: u64 = 4;
 const NOT_BEGUN: u64 = u64::MAX;
 /// The fewest accesses in a period, so that small caches sample a rate, not noise.
 pub(super) const MIN_SAMPLE: u64 = 65536;
-/// The periods after a fall of the hit rate (by [`RESTART`] or more) in which an idle main
+/// The periods after a fall of the hit rate (by [`MOVED_FALL`] or more) in which an idle main
 /// queue turns aging on (**P5**). The period of the fall itself rarely shows the main queue
 /// idle (the hot set moves somewhere inside it); on a replay of the matrix's moving hot set
 /// at 10% of its keys, a watch of two periods gained 1.4 points of hits where four gained
@@ -67,12 +76,10 @@ const MIN_VISITS: u64 = 64;
 /// that found the entry idle.
 const VISITS: u64 = (1 << 32) - 1;
 
-/// The hill climber's state (**P3**).
+/// The climber's state (**P3**).
 pub(super) struct Climber {
     /// The small queue's share of the capacity, in 1/65,536.
     share: AtomicU32,
-    /// The next move of the share, signed (`i64` bits), in 1/65,536 of the capacity.
-    step: AtomicU64,
     /// The hit rate of the last period (`f64` bits); NaN before the first period ends.
     rate: AtomicU64,
     /// The cache's accesses when the current period began.
@@ -85,6 +92,9 @@ pub(super) struct Climber {
     /// This period's visits of main-queue entries: idle ones in the high 32 bits, all in the
     /// low 32 (see [`VISITS`]). Swapped to 0 when the period closes.
     visits: AtomicU64,
+    /// This period's hits of small-queue entries, counted as they leave the queue. Swapped to
+    /// 0 when the period closes.
+    window_hits: AtomicU64,
     /// The periods left in the watch that a fall of the hit rate opened (**P5**).
     watch: AtomicU32,
     /// Whether the main queue's idle entries lose sketch counts in this period (**P5**).
@@ -96,28 +106,32 @@ impl Climber {
     pub(super) fn new(entries: u64) -> Self {
         Self {
             share: AtomicU32::new(INITIAL_SHARE),
-            step: AtomicU64::new((-STEP) as u64),
             rate: AtomicU64::new(f64::NAN.to_bits()),
             start: AtomicU64::new(NOT_BEGUN),
             start_hits: AtomicU64::new(0),
             entries: AtomicU64::new(entries),
             visits: AtomicU64::new(0),
+            window_hits: AtomicU64::new(0),
             watch: AtomicU32::new(0),
             aging: AtomicBool::new(false),
         }
     }
 
-    /// Counts `visits` visits of main-queue entries, `idle` of which found the entry not hit
-    /// since the policy's last visit. An evictor calls it once per pass, not per entry.
-    pub(super) fn count_visits(&self, visits: u32, idle: u32) {
-        if visits == 0 {
-            return;
-        }
+    /// Counts what one eviction pass saw: `visits` visits of main-queue entries, `idle` of
+    /// which found the entry not hit since the policy's last visit, and `window_hits` hits
+    /// of the entries that left the small queue. An evictor calls it once per pass, not per
+    /// entry.
+    pub(super) fn count_pass(&self, visits: u32, idle: u32, window_hits: u64) {
         // Relaxed: statistics for the period's close. A period with over 2^32 visits would
         // carry into the idle count; the close treats an idle count above the visits as
         // nothing seen.
-        self.visits
-            .fetch_add(u64::from(idle) << 32 | u64::from(visits), Ordering::Relaxed);
+        if visits > 0 {
+            self.visits
+                .fetch_add(u64::from(idle) << 32 | u64::from(visits), Ordering::Relaxed);
+        }
+        if window_hits > 0 {
+            self.window_hits.fetch_add(window_hits, Ordering::Relaxed);
+        }
     }
 
     /// Whether the main queue's idle entries lose half their sketch counts at each visit in
@@ -141,15 +155,21 @@ impl Climber {
         (counts & VISITS, counts >> 32)
     }
 
+    /// This period's hits of small-queue leavers so far.
+    #[cfg(test)]
+    pub(super) fn window_hits(&self) -> u64 {
+        self.window_hits.load(Ordering::Relaxed)
+    }
+
     /// Closes the watch's part of a period whose hit rate changed by `change` and whose
     /// visits `counts` counted (packed as in the `visits` field): opens the watch on a fall
-    /// of [`RESTART`] or more, and turns aging on for the next period if the watch is open
+    /// of [`MOVED_FALL`] or more, and turns aging on for the next period if the watch is open
     /// and at least half of the period's visits found the entry idle.
     fn close_watch(&self, change: f64, counts: u64) {
         let (visits, idle) = (counts & VISITS, counts >> 32);
         let idle_main = visits >= MIN_VISITS && idle <= visits && 2 * idle >= visits;
         // Relaxed: see `aging`; only the thread that closes the period writes these.
-        let watch = if change <= -RESTART {
+        let watch = if change <= -MOVED_FALL {
             MOVED_WATCH
         } else {
             self.watch.load(Ordering::Relaxed).saturating_sub(1)
@@ -193,6 +213,21 @@ impl Climber {
         self.entries().saturating_mul(4).max(MIN_SAMPLE)
     }
 
+    /// The share's move, in 1/65,536 of the capacity, for a period in which a small queue
+    /// of `share` earned `window_hits` of the `hits`: [`GAIN`] times the log of the ratio
+    /// of the two queues' densities, within [`MAX_MOVE`] either way.
+    fn steer(share: u32, hits: u64, window_hits: u64) -> i64 {
+        let w = f64::from(share.clamp(1, ONE - 1)) / f64::from(ONE);
+        // Counted as they leave the small queue, a period's window hits can include hits of
+        // the period before; the main queue's are what is left, never below 0.
+        let main_hits = hits.saturating_sub(window_hits) as f64;
+        let small = (window_hits as f64 + PRIOR_HITS) / w;
+        let main = (main_hits + PRIOR_HITS) / (1.0 - w);
+        // Both densities are positive and finite, so the log is finite.
+        let error = (small / main).ln();
+        ((GAIN * error).clamp(-MAX_MOVE, MAX_MOVE) * f64::from(ONE)) as i64
+    }
+
     /// Closes the period if `accesses` (the cache's lookups so far, `hits` of them hits) ends
     /// it, and moves the share; `true` if this call closed it. Counts read from per-thread
     /// statistics may lag a little or run out of step with each other: every difference is
@@ -202,8 +237,8 @@ impl Climber {
         // are hints written by the claimer, and a reader of a stale one adjusts by one period
         // less precisely.
         let start = self.start.load(Ordering::Relaxed);
-        // The first call only begins the first period: the accesses before it (the cache
-        // filling, when any share hits more as it fills) would read as a gain.
+        // The first call only begins the first period: the cache filling is no sample of
+        // either queue's density.
         let begun = start != NOT_BEGUN;
         let seen = accesses.saturating_sub(start);
         if (begun && seen < self.sample())
@@ -215,43 +250,24 @@ impl Climber {
             return false;
         }
         let start_hits = self.start_hits.swap(hits, Ordering::Relaxed);
-        // Every close starts the visits' count over, the first ones included (the visits
-        // before the first period, and during it, count in none).
+        // Every close starts the counts over, the first ones included (what came before the
+        // first period, and during it, counts in none).
         let visits = self.visits.swap(0, Ordering::Relaxed);
+        let window_hits = self.window_hits.swap(0, Ordering::Relaxed);
         if !begun {
             return false;
         }
-        let rate = (hits.saturating_sub(start_hits) as f64 / seen as f64).clamp(0.0, 1.0);
+        let period_hits = hits.saturating_sub(start_hits);
+        let rate = (period_hits as f64 / seen as f64).clamp(0.0, 1.0);
         let last = f64::from_bits(self.rate.swap(rate.to_bits(), Ordering::Relaxed));
-        if last.is_nan() {
-            // The first period only sets the rate to compare with.
-            return true;
+        if !last.is_nan() {
+            self.close_watch(rate - last, visits);
         }
-        let change = rate - last;
-        self.close_watch(change, visits);
-        let step = self.step.load(Ordering::Relaxed) as i64;
-        let amount = if change >= 0.0 { step } else { -step };
-        let next = if change.abs() >= RESTART {
-            if amount >= 0 {
-                STEP
-            } else {
-                -STEP
-            }
-        } else {
-            // Never to 0: a climber that stops moving cannot notice a change of workload
-            // smaller than the restart threshold.
-            let decayed = (amount as f64 * DECAY) as i64;
-            if decayed == 0 {
-                amount.signum()
-            } else {
-                decayed
-            }
-        };
-        self.step.store(next as u64, Ordering::Relaxed);
-        let share = i64::from(self.share.load(Ordering::Relaxed)) + amount;
+        let share = self.share.load(Ordering::Relaxed);
+        let next = i64::from(share) + Self::steer(share, period_hits, window_hits);
         // In bounds, so the cast keeps the value.
-        let share = share.clamp(i64::from(MIN_SHARE), i64::from(MAX_SHARE)) as u32;
-        self.share.store(share, Ordering::Relaxed);
+        let next = next.clamp(i64::from(MIN_SHARE), i64::from(MAX_SHARE)) as u32;
+        self.share.store(next, Ordering::Relaxed);
         true
     }
 }
@@ -280,14 +296,17 @@ mod tests {
             }
         }
 
-        /// Runs one full period per rate; returns the share after each.
-        fn periods(&mut self, rates: &[f64]) -> Vec<u32> {
+        /// Runs one full period per `(rate, window)`: the period hits at `rate`, and the
+        /// small queue's leavers had `window` of those hits. Returns the share after each.
+        fn split(&mut self, periods: &[(f64, f64)]) -> Vec<u32> {
             let n = self.c.sample();
-            rates
+            periods
                 .iter()
-                .map(|r| {
+                .map(|&(rate, window)| {
+                    let hits = (rate * n as f64) as u64;
+                    self.c.count_pass(0, 0, (window * hits as f64) as u64);
                     self.accesses += n;
-                    self.hits += (r * n as f64) as u64;
+                    self.hits += hits;
                     assert!(
                         self.c.observe(self.hits, self.accesses),
                         "a full period closes"
@@ -296,10 +315,18 @@ mod tests {
                 })
                 .collect()
         }
+
+        /// Runs one full period per rate, the small queue earning its share's part of the
+        /// hits (so the share holds); returns the share after each.
+        fn periods(&mut self, rates: &[f64]) -> Vec<u32> {
+            let window = f64::from(self.c.share()) / f64::from(ONE);
+            let split: Vec<_> = rates.iter().map(|&r| (r, window)).collect();
+            self.split(&split)
+        }
     }
 
     #[test]
-    fn the_first_call_begins_a_period_and_the_first_period_only_sets_the_rate() {
+    fn the_first_call_begins_a_period_and_a_period_closes_when_full() {
         let mut f = Feed::new();
         assert_eq!(
             f.c.sample(),
@@ -310,66 +337,67 @@ mod tests {
             !f.c.observe(10, f.accesses + MIN_SAMPLE - 1),
             "a period not yet full"
         );
-        assert_eq!(
-            f.periods(&[0.5]),
-            vec![INITIAL_SHARE],
-            "nothing to compare with yet"
-        );
+        f.c.count_pass(0, 0, 7);
+        assert_eq!(f.c.window_hits(), 7);
+        f.periods(&[0.5]);
         assert!(f.c.rate.load(Ordering::Relaxed) == 0.5f64.to_bits());
+        assert_eq!(f.c.window_hits(), 0, "each close starts over");
     }
 
     #[test]
-    fn the_share_climbs_while_the_rate_rises_and_turns_back_when_it_falls() {
+    fn the_share_follows_the_queue_that_earns_more_for_its_room() {
         let mut f = Feed::new();
-        // The first step goes down; a fall turns it up, and it goes on up while the rate
-        // keeps rising.
-        let shares = f.periods(&[0.30, 0.31, 0.30, 0.31, 0.32]);
-        assert_eq!(
-            i64::from(shares[1]),
-            i64::from(INITIAL_SHARE) - STEP,
-            "the first move is down, by a full step"
-        );
-        assert!(
-            shares[2] > shares[1],
-            "a fall turns the climber up: {shares:?}"
-        );
-        assert!(shares[3] > shares[2] && shares[4] > shares[3], "{shares:?}");
-        let before = f.c.share();
-        f.periods(&[0.25]);
-        assert!(
-            f.c.share() < before,
-            "a fall of 7 points turns it back down"
-        );
+        // At a 10% share, a small queue earning 30% of the hits is three times as dense as
+        // the main queue: the share grows, and goes on growing while that holds.
+        let up = f.split(&[(0.4, 0.3), (0.4, 0.3)]);
+        assert!(up[0] > INITIAL_SHARE && up[1] > up[0], "{up:?}");
+        // Earning less than its share of the hits, it shrinks.
+        let down = f.split(&[(0.4, 0.01)]);
+        assert!(down[0] < up[1], "{down:?} after {up:?}");
+        // Earning exactly its share's part, it holds (within the rounding of the counts).
+        let share = f.c.share();
+        let held = f.periods(&[0.4])[0];
+        assert!(held.abs_diff(share) <= 2, "{share} -> {held}");
     }
 
     #[test]
-    fn the_step_decays_and_a_jump_restarts_it() {
-        let mut f = Feed::new();
-        let up = f.periods(&[0.30, 0.29, 0.295, 0.296, 0.297]);
-        let (d1, d2) = (up[3] - up[2], up[4] - up[3]);
-        assert!(d2 < d1, "each period's step is smaller: {up:?}");
-        // A fall of 10 points moves by the decayed step once more (back down), then restarts
-        // the step at full size, on in the direction it took.
-        let before = f.c.share();
-        f.periods(&[0.20]);
-        assert!(f.c.share() < before);
-        let after = f.c.share();
-        f.periods(&[0.21]);
-        assert_eq!(
-            i64::from(f.c.share()) - i64::from(after),
-            -STEP,
-            "after the jump the step is full again"
-        );
+    fn the_move_grows_with_the_imbalance_and_is_capped() {
+        let w = INITIAL_SHARE;
+        let mild = Climber::steer(w, 10_000, 2_000);
+        let strong = Climber::steer(w, 10_000, 8_000);
+        assert!(0 < mild && mild < strong, "{mild} {strong}");
+        // A log ratio of 2 (densities e² apart) moves the share by 2 × GAIN.
+        let main_hits = 9_000.0;
+        let window = (main_hits + PRIOR_HITS) / 9.0 * 2f64.exp() - PRIOR_HITS;
+        let two = Climber::steer(w, main_hits as u64 + window as u64, window as u64);
+        let expected = 2.0 * GAIN * f64::from(ONE);
+        assert!((two as f64 - expected).abs() < 0.01 * expected, "{two}");
+        // Hits only in the small queue, or only in the main one, move by at most MAX_MOVE.
+        let most = (MAX_MOVE * f64::from(ONE)) as i64;
+        assert!(Climber::steer(MIN_SHARE, u64::MAX, u64::MAX) <= most);
+        assert!(Climber::steer(MAX_SHARE, u64::MAX, 0) >= -most);
+    }
+
+    #[test]
+    fn a_change_of_the_workloads_phase_cancels_in_the_ratio() {
+        // The same split of the hits at a hit rate of 5% and of 50% moves the share alike:
+        // a phase that changes how often the cache hits says nothing about the split.
+        let (mut quiet, mut busy) = (Feed::new(), Feed::new());
+        let a = quiet.split(&[(0.05, 0.2), (0.05, 0.05)]);
+        let b = busy.split(&[(0.50, 0.2), (0.05, 0.05)]);
+        assert!(a[0].abs_diff(b[0]) <= 2 * ONE / 1000, "{a:?} {b:?}");
+        assert!(a[1] < a[0] && b[1] < b[0], "{a:?} {b:?}");
     }
 
     #[test]
     fn the_share_stays_within_its_bounds() {
         let mut f = Feed::new();
-        // Rising for ever keeps climbing, but never past the ceiling.
-        let rates: Vec<f64> = (0..200).map(|i| 0.2 + f64::from(i) * 0.001).collect();
-        f.periods(&[0.1, 0.09]);
-        let shares = f.periods(&rates);
-        assert_eq!(*shares.last().unwrap(), MAX_SHARE);
+        let all_small = f.split(&[(0.5, 1.0); 100]);
+        assert_eq!(*all_small.last().unwrap(), MAX_SHARE);
+        let all_main = f.split(&[(0.5, 0.0); 100]);
+        assert_eq!(*all_main.last().unwrap(), MIN_SHARE);
+        let none = f.split(&[(0.0, 0.0); 10]);
+        assert!(none.iter().all(|s| (MIN_SHARE..=MAX_SHARE).contains(s)));
     }
 
     #[test]
@@ -404,7 +432,7 @@ mod tests {
         let aging = periods
             .iter()
             .map(|&(rate, visits, idle)| {
-                f.c.count_visits(visits, idle);
+                f.c.count_pass(visits, idle, 0);
                 f.periods(&[rate]);
                 f.c.aging()
             })
@@ -452,22 +480,31 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the counts (lagging, out of step, wrapping, huge; visits too), the share
-        /// stays within its bounds, the step never stops, the watch never passes its
-        /// length, and nothing overflows or divides by zero.
+        /// Whatever the counts (lagging, out of step, wrapping, huge; visits and window hits
+        /// too), the share stays within its bounds, every move is finite and within
+        /// MAX_MOVE, the watch never passes its length, and nothing overflows or divides by
+        /// zero.
         #[test]
         fn any_counts_keep_the_state_in_bounds(
             entries in 0u64..u64::MAX,
-            steps in proptest::collection::vec((0u64..u64::MAX, 0u64..=u64::MAX), 1..200),
+            steps in proptest::collection::vec(
+                (0u64..u64::MAX, 0u64..=u64::MAX, 0u64..=u64::MAX),
+                1..200,
+            ),
         ) {
             let c = Climber::new(entries);
             let mut accesses = 0u64;
-            for (hits, jump) in steps {
-                c.count_visits(jump as u32, (jump >> 32) as u32);
+            let most = (MAX_MOVE * f64::from(ONE)) as i64;
+            for (hits, jump, window) in steps {
+                c.count_pass(jump as u32, (jump >> 32) as u32, window >> (jump % 64));
                 accesses = accesses.wrapping_add(jump % c.sample().saturating_mul(4));
+                let before = c.share();
                 c.observe(hits, accesses);
                 prop_assert!((MIN_SHARE..=MAX_SHARE).contains(&c.share()));
-                prop_assert!(c.step.load(Ordering::Relaxed) as i64 != 0);
+                prop_assert!(i64::from(c.share()).abs_diff(i64::from(before)) <= most as u64);
+                let share = (window as u32).clamp(MIN_SHARE, MAX_SHARE);
+                let moved = Climber::steer(share, hits, window);
+                prop_assert!(moved.abs() <= most);
                 prop_assert!(c.window(jump) <= jump);
                 prop_assert!(c.watch.load(Ordering::Relaxed) <= MOVED_WATCH);
             }

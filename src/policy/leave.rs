@@ -38,6 +38,7 @@ impl<T: Queued> S3Fifo<T> {
     ) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
         limit.record(c.hash(), accesses);
+        limit.left_small(hits);
         // Relaxed: a queue-size hint.
         let main = self.main_weight.load(Ordering::Relaxed);
         let room = main + c.weight() <= main_capacity;

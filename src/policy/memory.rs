@@ -40,6 +40,9 @@ pub(super) struct PassLimit<'a, T> {
     /// climber once, when the pass ends.
     visits: Cell<u32>,
     idle: Cell<u32>,
+    /// Hits of the entries this pass took off the small queue, handed to the climber with
+    /// the visits.
+    window_hits: Cell<u64>,
 }
 
 impl<'a, T: Queued> PassLimit<'a, T> {
@@ -54,6 +57,7 @@ impl<'a, T: Queued> PassLimit<'a, T> {
             aging: queues.climber.aging(),
             visits: Cell::new(0),
             idle: Cell::new(0),
+            window_hits: Cell::new(0),
         }
     }
 
@@ -70,6 +74,12 @@ impl<'a, T: Queued> PassLimit<'a, T> {
                 m.sketch.decay(hash);
             }
         }
+    }
+
+    /// Counts the `hits` an entry leaving the small queue had while in it.
+    pub(super) fn left_small(&self, hits: u8) {
+        self.window_hits
+            .set(self.window_hits.get().saturating_add(u64::from(hits)));
     }
 
     /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
@@ -120,7 +130,7 @@ impl<T> Drop for PassLimit<'_, T> {
     fn drop(&mut self) {
         self.queues
             .climber
-            .count_visits(self.visits.get(), self.idle.get());
+            .count_pass(self.visits.get(), self.idle.get(), self.window_hits.get());
     }
 }
 

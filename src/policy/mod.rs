@@ -2,9 +2,9 @@
 //!
 //! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO for
 //! entries that proved themselves, and a ghost record of evicted hashes. The small queue's
-//! share of the capacity adapts to the workload: a hill climber on the cache's hit rate moves
-//! it between 1% and 40%, starting at 10% (`climb.rs`, **P3**), as Caffeine sizes its
-//! window.
+//! share of the capacity adapts to the workload: it moves between 1% and 40%, starting at
+//! 10%, towards the queue that earns more hits for its room (`climb.rs`, **P3**), as
+//! Caffeine's density climber sizes its window.
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
 //! is full, whether a newcomer deserves the place of the main queue's victim.
 //!
@@ -83,9 +83,12 @@
 //!   unclaimed and reached by the sweep; eviction never misses an entry for good.
 //! - **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
 //!   evictor at a time moves: the thread whose compare-and-swap moves the sampling period's
-//!   start closes the period and writes the new share and step; the others go on with the
-//!   share they read (`climb.rs`). The share stays within its bounds whatever the counts
-//!   read, so a stale or torn view only sizes a decision by the previous period.
+//!   start closes the period and writes the new share; the others go on with the
+//!   share they read (`climb.rs`). A pass counts the hits of the entries it takes off the
+//!   small queue in its own cell and adds them to the period's count once, when it ends, as
+//!   it does its visits (P5). The share stays within its bounds whatever the counts read,
+//!   so a stale or torn view only sizes a decision by the previous period, and hits counted
+//!   into the next period only move one period's share by their weight.
 //! - **P4 (sized once, late).** The sketch and the ghost are published once, by the one
 //!   evictor that claims their sizing ([`S3Fifo::prepare`], a `SetOnce`): it allocates them
 //!   for the entries the cache holds at its first eviction, and no other thread waits for
