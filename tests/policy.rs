@@ -193,6 +193,21 @@ fn seeded_ratio(capacity: u64, seed: u64, keys: impl Iterator<Item = u64>) -> f6
     100.0 * hits as f64 / (hits + misses) as f64
 }
 
+/// Fails unless `ratio` (a hit ratio in %, given a hasher seed) moves by at most a point
+/// over the seeds 0 to 5.
+fn assert_within_a_point_over_six_seeds(ratio: impl Fn(u64) -> f64) {
+    let ratios: Vec<f64> = (0..6).map(ratio).collect();
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+    println!("ratios over seeds: {ratios:.3?}");
+    assert!(
+        hi - lo <= 1.0,
+        "the hit ratio spreads by {:.2} points over six hasher seeds: {ratios:.2?}",
+        hi - lo
+    );
+}
+
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -216,16 +231,27 @@ fn the_hit_ratio_of_a_frequency_heavy_stream_moves_under_a_point_with_the_hasher
                 (fresh - burst..fresh).chain(std::iter::once(k))
             })
     };
-    let ratios: Vec<f64> = (0..6)
-        .map(|seed| seeded_ratio(CAPACITY, seed, stream(21)))
-        .collect();
-    let (lo, hi) = ratios
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
-    println!("ratios over seeds: {ratios:.3?}");
-    assert!(
-        hi - lo <= 1.0,
-        "the hit ratio spreads by {:.2} points over six hasher seeds: {ratios:.2?}",
-        hi - lo
-    );
+    assert_within_a_point_over_six_seeds(|seed| seeded_ratio(CAPACITY, seed, stream(21)));
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a release test: .ci/test runs it optimized"
+)]
+fn a_zigzag_keeps_what_it_keeps_whatever_the_hasher_seed() {
+    // LIRS's zigzag: 2,001 keys up and down thirteen times, through a cache of a tenth of
+    // them. Every key has one frequency and comes back at a distance longer than the small
+    // queue, so which keys the cache keeps was decided by the ghost's collisions, which the
+    // seed places (6.2 to 7.8% over these six seeds); the duels for leavers the sketch
+    // knows well let the keys back on their counts instead (7.3 to 8.0%).
+    let zigzag = || {
+        (0..13u64)
+            .flat_map(|pass| {
+                let up = pass % 2 == 0;
+                (0..2_000u64).map(move |i| if up { i } else { 2_000 - i })
+            })
+            .chain(std::iter::once(0))
+    };
+    assert_within_a_point_over_six_seeds(|seed| seeded_ratio(200, seed, zigzag()));
 }

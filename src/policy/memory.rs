@@ -89,6 +89,12 @@ impl<'a, T: Queued> PassLimit<'a, T> {
         }
     }
 
+    /// Whether the sketch estimates `hash`'s recent accesses at `k` or more; `false` before
+    /// there is a sketch (**P4**).
+    pub(super) fn knows(&self, hash: u64, k: u64) -> bool {
+        self.memory.is_some_and(|m| m.sketch.at_least(hash, k))
+    }
+
     /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
     pub(super) fn estimate(&self, hash: u64) -> u64 {
         self.memory.map_or(0, |m| m.sketch.estimate(hash))

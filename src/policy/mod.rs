@@ -16,11 +16,14 @@
 //! - An entry leaving the small queue at frequency zero (never hit there, not remembered by
 //!   the ghost) is evicted (S3-FIFO), unless the main queue has room and the sketch has seen
 //!   the key before this miss: then it fills the room (a loop larger than the cache keeps a
-//!   part of itself instead of nothing). Any other leaver moves to the main queue while it
-//!   has room. With the main queue full, an entry hit twice in the small queue still moves there;
-//!   any other one must win a *duel*: it replaces the main queue's victim only if the sketch
-//!   estimates it more frequent, and a tie keeps the incumbent, which keeps the head of the
-//!   main queue (the `front` queue) for the next duel.
+//!   part of itself instead of nothing), or the main queue is full and the sketch knows the
+//!   key well: then it duels, and must beat the victim by a margin (a key that comes back
+//!   at a distance longer than the small queue is not lost at each pass). Any other leaver
+//!   moves to the main queue while it has room. With the main queue full, an entry hit
+//!   twice in the small queue still moves there; any other one must win a *duel*: it
+//!   replaces the main queue's victim only if the sketch estimates it more frequent, and a
+//!   tie keeps the incumbent, which keeps the head of the main queue (the `front` queue)
+//!   for the next duel.
 //! - The main queue's victim is the first entry at frequency zero; entries above zero get
 //!   another round at frequency − 1 (CLOCK).
 //! - The sketch halves every counter at the end of its period, and earlier once duels keep

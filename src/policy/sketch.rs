@@ -205,6 +205,17 @@ impl Sketch {
             .unwrap_or(0)
     }
 
+    /// Whether `hash`'s estimate is at least `k`: [`estimate`](Self::estimate) `>= k`, but
+    /// it stops at the first counter under `k`, which for most keys (seen once or twice)
+    /// is the first one read.
+    pub(crate) fn at_least(&self, hash: u64, k: u64) -> bool {
+        (0..4).all(|row| {
+            let (word, shift) = self.spot(hash, row);
+            // Relaxed: see `add`.
+            (word.load(Ordering::Relaxed) >> shift) & MAX >= k
+        })
+    }
+
     /// Halves the four counters of `hash`: a frequent key that stopped being used loses its
     /// weight in the duel at once instead of at the next halving of every counter (**P5**).
     /// The counters it shares with other keys are halved for them too, as every halving
@@ -250,6 +261,12 @@ mod tests {
         assert_eq!(s.estimate(42), 4);
         s.add(42, 100);
         assert_eq!(s.estimate(42), MAX, "counters saturate");
+        assert!(s.at_least(42, MAX) && !s.at_least(7, 2));
+        s.add(43, 3);
+        assert!(
+            s.at_least(43, 3) && !s.at_least(43, 4),
+            "as the estimate, 3"
+        );
         // Nothing else was added, so no other key shares all four counters.
         assert!(s.estimate(7) <= 1);
         // Reaching the period halves everything (additions reach the shared count in batches,

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::leave::{KNOWN_ESTIMATE, KNOWN_MARGIN};
 use super::meta::MAX_FREQ;
 use super::*;
 // A std atomic on purpose: the tests run only outside the loom models.
@@ -186,17 +187,31 @@ fn a_heavy_leaver_must_outweigh_all_the_victims_it_would_displace() {
 }
 
 #[test]
-fn a_leaver_never_hit_is_evicted_without_a_duel() {
-    let p = full(0..9, 100..101);
-    // Entry 100 was never hit and the ghost does not know it; however often the sketch
-    // has seen its hash, it does not take a main entry's place.
-    p.record(100, 10);
+fn a_leaver_never_hit_duels_only_if_the_sketch_knows_it_well_and_then_by_a_margin() {
+    // Victims 0..9 are estimated at 2 each (a miss and a hit); the three leavers were
+    // never hit and the ghost does not know them. Each counts its own miss.
+    let p = full(0..9, 100..103);
+    // 100 was seen twice before (3 with its miss): under `KNOWN_ESTIMATE`, it is evicted
+    // without a duel, and the main queue is untouched.
+    p.record(100, 2);
+    assert_eq!(p.estimate(100), KNOWN_ESTIMATE - 1);
     assert_eq!(p.victim(10).unwrap().hash, 100);
+    assert_eq!((p.front.len(), p.main.len()), (0, 9));
+    // 101 is known well (4) but not by the margin: 4 is not above 2 + 2. It duels and
+    // loses, and victim 0 keeps the head.
+    p.record(101, 3);
+    assert_eq!(p.estimate(101), KNOWN_ESTIMATE);
+    assert_eq!(p.victim(10).unwrap().hash, 101);
     assert_eq!(
         (p.front.len(), p.main.len()),
-        (0, 9),
-        "the main queue is untouched"
+        (1, 8),
+        "the incumbent holds the head"
     );
+    // 102, at 5, beats victim 0 by more than the margin and takes its place.
+    p.record(102, 4);
+    assert_eq!(p.estimate(102), 2 + KNOWN_MARGIN + 1);
+    assert_eq!(p.victim(10).unwrap().hash, 0);
+    assert_eq!(p.front.len() + p.main.len(), 9, "102 in, 0 out");
 }
 
 #[test]
