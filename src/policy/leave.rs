@@ -117,8 +117,7 @@ impl<T: Queued> S3Fifo<T> {
                 .iter_mut()
                 .filter_map(Option::take)
                 .for_each(|v| self.front.push(v));
-            self.move_to_main(c);
-            Some(self.evict_main(first, limit))
+            Some(self.swap_into_main(c, first, limit))
         } else {
             self.front.push(first);
             victims
@@ -155,6 +154,29 @@ impl<T: Queued> S3Fifo<T> {
         uncount(&self.small_weight, &c);
         limit.remember(c.hash());
         c
+    }
+
+    /// Swaps a duel's winner into the main queue's tail for its victim `first`, which it
+    /// returns to evict. The main queue's total moves by the difference of their weights
+    /// only: moved in whole before the victim's weight came off, it read over the queue's
+    /// share for an instant, and a concurrent evictor that read it then took a main entry
+    /// without a duel (zigzag at 10% of its keys lost 1.56 points from one thread to four
+    /// that way, 0.86 without).
+    fn swap_into_main(&self, c: T, first: T, limit: &PassLimit<'_, T>) -> T {
+        c.meta().set_freq(0);
+        let (w, off) = (c.weight(), first.weight());
+        // Relaxed: queue-size hints. A heavier winner adds its excess before it is queued,
+        // a lighter one takes the victim's excess off after, so the total never misses it.
+        if w > off {
+            self.main_weight.fetch_add(w - off, Ordering::Relaxed);
+        }
+        self.main.push(c);
+        if off > w {
+            subtract(&self.main_weight, off - w);
+        }
+        subtract(&self.small_weight, w);
+        limit.remember(first.hash());
+        first
     }
 
     /// Moves an entry popped from the small queue to the main queue's tail.

@@ -187,6 +187,31 @@ fn a_heavy_leaver_must_outweigh_all_the_victims_it_would_displace() {
 }
 
 #[test]
+fn a_light_winner_takes_a_heavy_victims_place_and_the_main_total_falls_by_the_difference() {
+    // Three main entries of weight 3 fill the main queue's share of capacity 10 (9); a
+    // leaver of weight 1, hit once and estimated at 7, outweighs the first of them (2).
+    let p = evicted(64);
+    for h in 0..3 {
+        p.record(h, 2);
+        push(&p.main, &p.main_weight, heavy(h, 3));
+    }
+    let e = entry(100);
+    admit(&p, e.clone(), true, 1);
+    e.meta.touch();
+    p.record(100, 5);
+    assert_eq!(p.victim(10).unwrap().hash, 0, "the victim leaves");
+    assert_eq!(
+        (
+            p.main_weight.load(Ordering::Relaxed),
+            p.small_weight.load(Ordering::Relaxed)
+        ),
+        (7, 0),
+        "two of weight 3 and the winner's 1; the small queue is empty"
+    );
+    assert_eq!(p.main.len(), 3);
+}
+
+#[test]
 fn a_leaver_never_hit_duels_only_if_the_sketch_knows_it_well_and_then_by_a_margin() {
     // Victims 0..9 are estimated at 2 each (a miss and a hit); the three leavers were
     // never hit and the ghost does not know them. Each counts its own miss.
