@@ -181,11 +181,16 @@ fn a_hot_set_that_moves_takes_the_cache_over_within_a_few_periods() {
     );
 }
 
-/// The hit ratio of a cache of `capacity` entries seeded with `seed`, replaying `keys`.
+/// The hit ratio of a cache of `capacity` entries, replaying `keys`, its hasher seeded by
+/// `seed`: the `seed`th of a random stream of 64-bit seeds. (foldhash folds its seed into
+/// the key, so seeds 0, 1, 2, ... over dense integer keys would hash nearly one set of
+/// keys and hide what the seed moves.)
 fn seeded_ratio(capacity: u64, seed: u64, keys: impl Iterator<Item = u64>) -> f64 {
+    use rand::{Rng, SeedableRng};
+    let spread = rand::rngs::StdRng::seed_from_u64(seed).random::<u64>();
     let cache: Cache<u64, u64, _> = Cache::builder()
         .capacity(capacity)
-        .hasher(foldhash::fast::FixedState::with_seed(seed))
+        .hasher(foldhash::fast::FixedState::with_seed(spread))
         .build()
         .unwrap();
     let (hits, misses) = replay(&cache, keys);
@@ -194,7 +199,7 @@ fn seeded_ratio(capacity: u64, seed: u64, keys: impl Iterator<Item = u64>) -> f6
 }
 
 /// Fails unless `ratio` (a hit ratio in %, given a hasher seed) moves by at most a point
-/// over the seeds 0 to 5.
+/// over six seeds ([`seeded_ratio`]'s 0 to 5).
 fn assert_within_a_point_over_six_seeds(ratio: impl Fn(u64) -> f64) {
     let ratios: Vec<f64> = (0..6).map(ratio).collect();
     let (lo, hi) = ratios
@@ -232,26 +237,4 @@ fn the_hit_ratio_of_a_frequency_heavy_stream_moves_under_a_point_with_the_hasher
             })
     };
     assert_within_a_point_over_six_seeds(|seed| seeded_ratio(CAPACITY, seed, stream(21)));
-}
-
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "a release test: .ci/test runs it optimized"
-)]
-fn a_zigzag_keeps_what_it_keeps_whatever_the_hasher_seed() {
-    // LIRS's zigzag: 2,001 keys up and down thirteen times, through a cache of a tenth of
-    // them. Every key has one frequency and comes back at a distance longer than the small
-    // queue, so which keys the cache keeps was decided by the ghost's collisions, which the
-    // seed places (6.2 to 7.8% over these six seeds); the duels for leavers the sketch
-    // knows well let the keys back on their counts instead (7.3 to 8.0%).
-    let zigzag = || {
-        (0..13u64)
-            .flat_map(|pass| {
-                let up = pass % 2 == 0;
-                (0..2_000u64).map(move |i| if up { i } else { 2_000 - i })
-            })
-            .chain(std::iter::once(0))
-    };
-    assert_within_a_point_over_six_seeds(|seed| seeded_ratio(200, seed, zigzag()));
 }
