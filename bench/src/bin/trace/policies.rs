@@ -134,8 +134,8 @@ pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u6
 /// foldhash folds its seed into the key before multiplying, so seeds 0, 1, 2, ... flip only
 /// the low bits of the keys: over a trace of dense integer keys they hash nearly the same
 /// set of keys, and the cache's sketch, ghost and sweep see nearly the same collisions. The
-/// suite's seeds 0 to 4 spread zigzag at 10% of its keys by 0.25 points where ten random
-/// seeds spread it by 2.15 (6.57% to 8.72%).
+/// seeds 0 to 4 spread zigzag at 10% of its keys by 0.25 points; the first five of this
+/// stream spread it by 3.02 (5.70% to 8.72%, `docs/DESIGN.md`).
 pub fn seeded(capacity: usize, seed: u64) -> runcache::Cache<u64, (), foldhash::fast::FixedState> {
     use rand::{Rng, SeedableRng};
     let spread = rand::rngs::StdRng::seed_from_u64(seed).random::<u64>();
