@@ -30,7 +30,7 @@
 mod imp {
     pub(crate) use std::sync::atomic::fence;
     pub(crate) use std::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
     };
     pub(crate) use std::thread::{self as thread, yield_now, LocalKey};
 
@@ -109,7 +109,7 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::fence;
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
     };
     use loom::sync::Mutex;
     pub(crate) use loom::thread::{self as thread, yield_now, LocalKey};

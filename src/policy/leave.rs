@@ -112,12 +112,21 @@ impl<T: Queued> S3Fifo<T> {
         // The victims' weights never left the main queue's total. Back at its head, the
         // other victims of a duel won are evicted next (the main queue is over its share by
         // the leaver's weight); those of a duel lost face the next leaver.
-        if limit.estimate(c.hash()) > against.saturating_add(margin) {
+        //
+        // A leaver the ghost alone sent back (`margin` 0, no hits) that wins by exactly one
+        // wins on the miss that brought it back; the win stands only while such wins earn
+        // their places (**P8**, `narrow.rs`).
+        let estimate = limit.estimate(c.hash());
+        let by_one = margin == 0 && hits == 0 && estimate == against.saturating_add(1);
+        if estimate > against.saturating_add(margin) && (!by_one || self.narrow.stands()) {
             victims
                 .iter_mut()
                 .filter_map(Option::take)
                 .for_each(|v| self.front.push(v));
-            Some(self.swap_into_main(c, first, limit))
+            if by_one {
+                c.meta().mark_won_by_one();
+            }
+            Some(self.swap_into_main(c, first, by_one, limit))
         } else {
             self.front.push(first);
             victims
@@ -157,12 +166,19 @@ impl<T: Queued> S3Fifo<T> {
     }
 
     /// Swaps a duel's winner into the main queue's tail for its victim `first`, which it
-    /// returns to evict. The main queue's total moves by the difference of their weights
+    /// returns to evict, remembered in the ghost (as displaced if the winner won `by_one`,
+    /// **P8**). The main queue's total moves by the difference of their weights
     /// only: moved in whole before the victim's weight came off, it read over the queue's
     /// share for an instant, and a concurrent evictor that read it then took a main entry
     /// without a duel (zigzag at 10% of its keys lost 1.56 points from one thread to four
     /// that way, 0.86 without).
-    fn swap_into_main(&self, c: T, first: T, limit: &PassLimit<'_, T>) -> T {
+    fn swap_into_main(&self, c: T, first: T, by_one: bool, limit: &PassLimit<'_, T>) -> T {
+        // Linked before the winner is queued, where an evictor may visit it (P8).
+        if by_one {
+            limit.remember_displaced(first.hash(), c.hash());
+        } else {
+            limit.remember(first.hash());
+        }
         c.meta().set_freq(0);
         let (w, off) = (c.weight(), first.weight());
         // Relaxed: queue-size hints. A heavier winner adds its excess before it is queued,
@@ -175,7 +191,6 @@ impl<T: Queued> S3Fifo<T> {
             subtract(&self.main_weight, off - w);
         }
         subtract(&self.small_weight, w);
-        limit.remember(first.hash());
         first
     }
 

@@ -4,7 +4,7 @@
 use super::meta::Queued;
 use super::sketch::Sketch;
 use super::S3Fifo;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::cell::Cell;
 
 /// Ghost slots per expected entry. The ghost remembers about that many capacities' worth of
@@ -16,11 +16,26 @@ use std::cell::Cell;
 /// 0.87).
 const GHOST_PER_ENTRY: usize = 3;
 
-/// What the ghost keeps of an evicted hash: the 32 bits that its slot index (from the low 32
-/// bits) does not use, never 0 (an empty slot). Half the size of the whole hash; a wrong
-/// match costs a misplaced entry, once in 2^31 lookups of a slot.
+/// What the ghost keeps of an evicted hash: 31 of the 32 bits that its slot index (from the
+/// low 32 bits) does not use, never 0 (an empty slot); the top bit is left for [`DISPLACED`].
+/// A wrong match costs a misplaced entry, once in 2^30 lookups of a slot.
 fn fingerprint(hash: u64) -> u32 {
-    (hash >> 32) as u32 | 1
+    (hash >> 32) as u32 & !DISPLACED | 1
+}
+
+/// The ghost's mark on the hash of a main-queue entry that a leaver displaced by winning
+/// its duel by one (`narrow.rs`): its return says what that win cost.
+const DISPLACED: u32 = 1 << 31;
+
+/// What the ghost recalls of a hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Recall {
+    /// Not remembered (or its slot went to another hash since).
+    Forgotten,
+    /// Evicted recently.
+    Evicted,
+    /// Evicted recently from the main queue, displaced by a leaver that won by one.
+    Displaced,
 }
 
 /// How many entries one pass of [`S3Fifo::victim`] (and each main-queue search in it) may
@@ -111,8 +126,27 @@ impl<'a, T: Queued> PassLimit<'a, T> {
     /// Remembers an evicted hash in the ghost, once there is one.
     pub(super) fn remember(&self, hash: u64) {
         if let Some(m) = self.memory {
-            m.remember(hash);
+            m.remember(hash, 0);
         }
+    }
+
+    /// Remembers the hash of the main-queue entry `victim` that `winner` displaced by
+    /// winning its duel by one, marked as such ([`Recall::Displaced`]), and links the two
+    /// (**P8**), once there is a ghost.
+    pub(super) fn remember_displaced(&self, victim: u64, winner: u64) {
+        if let Some(m) = self.memory {
+            m.remember(victim, DISPLACED);
+            m.link(winner, victim);
+        }
+    }
+
+    /// A narrow winner `winner` was hit in the main queue: `true` if its victim had not
+    /// come back yet, so the win proved itself first (**P8**). Settles the pair either way.
+    pub(super) fn proved_first(&self, winner: u64) -> bool {
+        self.memory.is_some_and(|m| {
+            let victim = m.link_of(winner).swap(0, Ordering::Relaxed);
+            victim != 0 && m.settle(victim)
+        })
     }
 
     /// Whether a pass that has taken `steps` steps may take another.
@@ -140,8 +174,8 @@ impl<T> Drop for PassLimit<'_, T> {
     }
 }
 
-/// The most entries the sketch and the ghost are sized for (**P4**): 2^24, at 28 to 44 bytes
-/// an entry (448 to 704 MiB).
+/// The most entries the sketch and the ghost are sized for (**P4**): 2^24, at 30 to 46 bytes
+/// an entry with the narrow wins' links (480 to 736 MiB).
 pub(super) const MAX_ENTRIES: u64 = 1 << 24;
 
 /// What the policy remembers beyond the entries it holds: the frequency sketch and the
@@ -151,19 +185,26 @@ pub(super) struct Memory {
     /// Fingerprints of evicted hashes (see [`fingerprint`]), direct-mapped by the hash's
     /// low 32 bits; 0 is an empty slot.
     ghost: Box<[AtomicU32]>,
+    /// The hash of the victim each narrow winner displaced (**P8**), direct-mapped by the
+    /// winner's hash, one slot per four entries (winners are settled at their first visit
+    /// in the main queue, so few are in flight); 0 is an empty slot (a victim whose hash is
+    /// 0 goes unmeasured).
+    links: Box<[AtomicU64]>,
 }
 
 impl Memory {
-    /// A sketch and a ghost for a cache of `entries` entries (64 ghost slots under loom).
+    /// A sketch, a ghost and the narrow wins' links for a cache of `entries` entries (64
+    /// ghost slots and 16 links under loom).
     pub(super) fn new(entries: usize) -> Self {
-        let ghost = if cfg!(runcache_loom) {
-            64
+        let (ghost, links) = if cfg!(runcache_loom) {
+            (64, 16)
         } else {
-            GHOST_PER_ENTRY * entries.max(64)
+            (GHOST_PER_ENTRY * entries.max(64), (entries / 4).max(64))
         };
         Self {
             sketch: Sketch::new(entries),
             ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
+            links: (0..links).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -175,16 +216,54 @@ impl Memory {
         &self.ghost[i as usize]
     }
 
-    /// Whether the ghost remembers `hash` (or a hash that shares its slot and fingerprint).
-    pub(super) fn remembers(&self, hash: u64) -> bool {
+    /// What the ghost recalls of `hash` (or of a hash that shares its slot and
+    /// fingerprint).
+    pub(super) fn recall(&self, hash: u64) -> Recall {
         // Relaxed: a hint.
-        self.ghost_slot(hash).load(Ordering::Relaxed) == fingerprint(hash)
+        let slot = self.ghost_slot(hash).load(Ordering::Relaxed);
+        if slot & !DISPLACED != fingerprint(hash) {
+            Recall::Forgotten
+        } else if slot & DISPLACED != 0 {
+            Recall::Displaced
+        } else {
+            Recall::Evicted
+        }
     }
 
-    /// Remembers `hash` in the ghost, in place of whatever held its slot.
-    pub(super) fn remember(&self, hash: u64) {
+    /// Remembers `hash` in the ghost with `mark` (0 or [`DISPLACED`]), in place of whatever
+    /// held its slot.
+    pub(super) fn remember(&self, hash: u64, mark: u32) {
         // Relaxed: a hint.
         self.ghost_slot(hash)
-            .store(fingerprint(hash), Ordering::Relaxed);
+            .store(fingerprint(hash) | mark, Ordering::Relaxed);
+    }
+
+    /// Takes the [`DISPLACED`] mark off `hash`'s slot if the slot still holds it: `true`
+    /// for the one caller that does (**P8**), the victim's return or its winner's proof.
+    pub(super) fn settle(&self, hash: u64) -> bool {
+        let fingerprint = fingerprint(hash);
+        // Relaxed: a hint; the swap's atomicity alone makes one caller the one.
+        self.ghost_slot(hash)
+            .compare_exchange(
+                fingerprint | DISPLACED,
+                fingerprint,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// The link slot of the narrow winner `winner` (bits 16 to 47 of its hash, scaled, so
+    /// its place does not follow its ghost slot's).
+    fn link_of(&self, winner: u64) -> &AtomicU64 {
+        let i = (u64::from((winner >> 16) as u32) * self.links.len() as u64) >> 32;
+        &self.links[i as usize]
+    }
+
+    /// Links the narrow winner `winner` to the `victim` it displaced, in place of whatever
+    /// link held its slot (that win goes unmeasured).
+    fn link(&self, winner: u64, victim: u64) {
+        // Relaxed: a hint.
+        self.link_of(winner).store(victim, Ordering::Relaxed);
     }
 }

@@ -13,13 +13,18 @@ const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
 /// The meta bit of an entry admitted while the cache was under half full, whose admission
 /// the sketch has not recorded yet: the policy's first visit records it with the hits.
 pub(super) const UNRECORDED: u8 = 1 << 6;
+/// The meta bit of an entry that won its place in the main queue by one, sent back by the
+/// ghost alone (`narrow.rs`): it waits there for the hit that proves the win.
+const WON_BY_ONE: u8 = 1 << 7;
+/// The bits a hit and a visit keep beside the frequency and the hit count.
+const MARKS: u8 = UNRECORDED | WON_BY_ONE;
 
 /// Per-entry policy state, kept in the table's node.
 #[derive(Debug)]
 pub(crate) struct EntryMeta {
     /// Bits 0–1: the CLOCK frequency (0..=`MAX_FREQ`); bits 2–5: hits since the policy last
     /// visited the entry (0..=`MAX_HITS`), which the visit adds to the sketch; bit 6:
-    /// [`UNRECORDED`].
+    /// [`UNRECORDED`]; bit 7: [`WON_BY_ONE`].
     pub(super) freq: AtomicU8,
     /// Whether the entry was ever queued (**P1**): set once, by the one caller whose swap
     /// turns it on, which then queues the entry. A byte of its own: `touch` writes `freq`
@@ -74,11 +79,11 @@ impl EntryMeta {
         // Relaxed: a frequency hint; a lost update (a hit racing the evictor's `fetch_and`,
         // say) only costs precision.
         let b = self.freq.load(Ordering::Relaxed);
-        if b & !UNRECORDED == SATURATED {
+        if b & !MARKS == SATURATED {
             return;
         }
         let (f, h) = (b & 3, b >> 2 & MAX_HITS);
-        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2 | b & UNRECORDED;
+        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2 | b & MARKS;
         if next != b {
             self.freq.store(next, Ordering::Relaxed);
         }
@@ -100,9 +105,24 @@ impl EntryMeta {
     /// has not recorded yet (the hits, plus the admission of an entry admitted cold).
     pub(super) fn take_hits(&self) -> (u8, u64) {
         // Relaxed: see `touch`.
-        let b = self.freq.fetch_and(3, Ordering::Relaxed);
+        let b = self.freq.fetch_and(3 | WON_BY_ONE, Ordering::Relaxed);
         let hits = b >> 2 & MAX_HITS;
         (hits, u64::from(hits) + u64::from(b & UNRECORDED != 0))
+    }
+
+    /// Marks an entry that won its place in the main queue by one (`narrow.rs`).
+    pub(super) fn mark_won_by_one(&self) {
+        // Relaxed: see `touch`. A hit's plain store racing this can lose the mark, which
+        // only leaves one win unmeasured.
+        self.freq.fetch_or(WON_BY_ONE, Ordering::Relaxed);
+    }
+
+    /// Clears the entry's [`WON_BY_ONE`] mark; `true` if it was set.
+    pub(super) fn settle_won_by_one(&self) -> bool {
+        // Relaxed: see `touch`. Read first, so that the visits of unmarked entries (nearly
+        // all) write nothing more.
+        self.freq.load(Ordering::Relaxed) & WON_BY_ONE != 0
+            && self.freq.fetch_and(!WON_BY_ONE, Ordering::Relaxed) & WON_BY_ONE != 0
     }
 }
 

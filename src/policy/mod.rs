@@ -24,6 +24,11 @@
 //!   replaces the main queue's victim only if the sketch estimates it more frequent, and a
 //!   tie keeps the incumbent, which keeps the head of the main queue (the `front` queue)
 //!   for the next duel.
+//! - A leaver the ghost sent back, never hit in the small queue, that would win its duel by
+//!   exactly one wins on the miss that brought it back; such wins stand only while the
+//!   winners hit in the main queue before their victims came back number at least half the
+//!   victims that came back first (**P8**, `narrow.rs`). On a zigzag, where every key has
+//!   one frequency, they chained into churn that the hasher's seed started or not.
 //! - The main queue's victim is the first entry at frequency zero; entries above zero get
 //!   another round at frequency − 1 (CLOCK).
 //! - The sketch halves every counter at the end of its period, and earlier once duels keep
@@ -63,7 +68,8 @@
 //! `docs/DESIGN.md` has the measurements behind each rule.
 //!
 //! The files: this one holds the queues and the order they give up victims in; `leave.rs`
-//! where a small-queue leaver goes (the main queue's room, the duel, or out); `meta.rs` the
+//! where a small-queue leaver goes (the main queue's room, the duel, or out); `narrow.rs`
+//! the check on duels won by one (**P8**); `meta.rs` the
 //! entry's own state (its frequency byte, its claim and its cold stage); `memory.rs` the
 //! sketch and the ghost, and an eviction pass's view of them; `sketch.rs` the count-min
 //! sketch; `climb.rs` the small queue's adaptive share and the aging watch; `upkeep.rs` the
@@ -127,6 +133,11 @@
 //!   one leaver compare when it need not, or walk into the room when it should have
 //!   compared: either places one entry less well. The count only gates that choice, so no
 //!   value of it, stale or racing, can lose an entry or break the queues' totals.
+//! - **P8 (trust in narrow wins).** The trust score is a hint, like the share: bounded, moved
+//!   by relaxed read-modify-writes on the eviction path and on admissions, never on a hit;
+//!   a win's marks (on its winner and in the ghost) come off once, by whoever reaches them
+//!   first. A refused win is a lost duel, so no value of the score can lose an entry
+//!   (`narrow.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -134,14 +145,16 @@ mod climb;
 mod leave;
 mod memory;
 mod meta;
+mod narrow;
 mod sketch;
 mod upkeep;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Queue, SetOnce};
 use climb::Climber;
-use memory::{Memory, PassLimit, MAX_ENTRIES};
+use memory::{Memory, PassLimit, Recall, MAX_ENTRIES};
 pub(crate) use meta::{tick, EntryMeta, Queued};
 use meta::{ADMITS, EVICTS, UNRECORDED};
+use narrow::NarrowWins;
 
 /// Queue entries one compaction step looks at (two under loom, so the models reach rounds
 /// of several steps).
@@ -188,6 +201,9 @@ pub(crate) struct S3Fifo<T> {
     /// The weight the main queue gave up without a duel while the small queue was empty and
     /// the main queue within its share, not yet won back (**P7**).
     owed: AtomicU64,
+    /// Whether leavers the ghost sent back that win their duels by one earn their places
+    /// (**P8**, `narrow.rs`).
+    narrow: NarrowWins,
     /// The small queue's share of the capacity, adapted to the hit rate (**P3**).
     climber: Climber,
 }
@@ -209,6 +225,7 @@ impl<T: Queued> S3Fifo<T> {
             compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
             queueing: AtomicBool::new(false),
             owed: AtomicU64::new(0),
+            narrow: NarrowWins::new(),
             climber: Climber::new(entries as u64),
         }
     }
@@ -272,8 +289,18 @@ impl<T: Queued> S3Fifo<T> {
                 // entry. A remembered entry starts with frequency 1, so it leaves the small
                 // queue for the main one like an entry that was hit (through the duel when
                 // the main queue is full), but it has no hits of its own to skip the duel
-                // with.
-                u8::from(m.remembers(hash))
+                // with. A victim of a narrow win that comes back says what the win cost
+                // (P8).
+                match m.recall(hash) {
+                    Recall::Forgotten => 0,
+                    Recall::Evicted => 1,
+                    Recall::Displaced => {
+                        if m.settle(hash) {
+                            self.narrow.returned();
+                        }
+                        1
+                    }
+                }
             }
             // Cold, or before the first eviction: the policy's first visit records the
             // admission.
@@ -331,7 +358,9 @@ impl<T: Queued> S3Fifo<T> {
     /// end of a sampling period it moves the small queue's share (**P3**, `climb.rs`). The
     /// engine calls it now and then from the eviction path, never on a hit.
     pub(crate) fn adapt(&self, hits: u64, accesses: u64) {
-        self.climber.observe(hits, accesses);
+        if self.climber.observe(hits, accesses) {
+            self.narrow.forget();
+        }
     }
 
     /// The small queue's share of the capacity now, in [0, 1] (**P3**): a hint, as the
@@ -449,6 +478,13 @@ impl<T: Queued> S3Fifo<T> {
                 limit.visit(e.hash(), hits);
             }
             let f = e.meta().freq();
+            // A narrow winner hit since it won proved the win, if its victim has not come
+            // back first; one that has come round to be the victim without a hit did not,
+            // and its victim's return will say so (P8).
+            let settled = (hits > 0 || f == 0) && e.meta().settle_won_by_one();
+            if settled && hits > 0 && limit.proved_first(e.hash()) {
+                self.narrow.proved();
+            }
             if f > 0 {
                 e.meta().set_freq(f - 1);
                 self.main.push(e);

@@ -10,6 +10,8 @@ use super::*;
 use std::sync::atomic::AtomicBool as StdBool;
 use std::sync::Arc;
 
+mod narrow;
+
 struct Entry {
     hash: u64,
     meta: EntryMeta,
@@ -264,7 +266,7 @@ fn a_remembered_leaver_hit_in_the_small_queue_skips_the_duel_and_one_hit_alone_d
     // new and hit once. Both have far fewer accesses in the sketch than victims 0 and 1.
     // (The ghost keeps a hash's high bits, so 102's differ from 101's.)
     let (back, new) = (entry(101), entry(102 << 32 | 102));
-    p.memory.get().unwrap().remember(back.hash);
+    p.memory.get().unwrap().remember(back.hash, 0);
     admit(&p, back.clone(), true, 1);
     admit(&p, new.clone(), true, 1);
     assert_eq!(back.meta.freq(), 1, "the ghost remembered 101");
