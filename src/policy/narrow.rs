@@ -76,12 +76,13 @@ impl NarrowWins {
         }
     }
 
-    /// A narrow winner was hit in the main queue.
+    /// A narrow winner was hit in the main queue before its victim came back.
     pub(super) fn proved(&self) {
         self.add(PROVED);
     }
 
-    /// A victim displaced by a narrow win came back while the ghost remembered it as such.
+    /// A victim displaced by a narrow win came back, before its winner was hit, while the
+    /// ghost remembered it as such.
     pub(super) fn returned(&self) {
         self.add(-RETURNED);
     }
