@@ -38,7 +38,8 @@ pub enum WhenFull {
     /// eviction, so a cache that never fills allocates neither: 30 to 46 bytes per entry
     /// the capacity holds at the mean weight of the entries cached then (16 to 32 of sketch,
     /// whose length is a power of two, 12 of ghost and 2 of links between the admission
-    /// duel's narrow winners and their victims), for at most 2^24 entries (480 to 736 MiB). A weighted cache is thus sized for the entries it really holds, whatever
+    /// duel's narrow winners and their victims), for at most 2^24 entries (480 to 736
+    /// MiB). A weighted cache is thus sized for the entries it really holds, whatever
     /// `expected_entry_weight` guessed.
     #[default]
     Evict,
