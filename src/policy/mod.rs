@@ -479,10 +479,8 @@ impl<T: Queued> S3Fifo<T> {
             }
             let f = e.meta().freq();
             // A narrow winner hit since it won proved the win, if its victim has not come
-            // back first; one that has come round to be the victim without a hit did not,
-            // and its victim's return will say so (P8).
-            let settled = (hits > 0 || f == 0) && e.meta().settle_won_by_one();
-            if settled && hits > 0 && limit.proved_first(e.hash()) {
+            // back first (P8); one never hit proves nothing, and its victim's return says so.
+            if hits > 0 && e.meta().settle_won_by_one() && limit.proved_first(e.hash()) {
                 self.narrow.proved();
             }
             if f > 0 {
