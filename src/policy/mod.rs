@@ -2,7 +2,7 @@
 //!
 //! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO for
 //! entries that proved themselves, and a ghost record of evicted hashes. The small queue's
-//! share of the capacity adapts to the workload: it moves between 1% and 40%, starting at
+//! share of the capacity adapts to the workload: it moves between 1% and 80%, starting at
 //! 10%, towards the queue that earns more hits for its room (`climb.rs`, **P3**), as
 //! Caffeine's density climber sizes its window.
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
