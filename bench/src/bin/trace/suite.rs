@@ -150,6 +150,16 @@ impl Cell {
     fn holds_at(&self, margin: f64) -> bool {
         margin >= -0.5 && self.worst() - self.lru >= -0.5
     }
+    /// The reference W-TinyLFU's margin to the best peer (one replay, no seed to take the
+    /// worst of).
+    fn reference_margin(&self) -> f64 {
+        self.reference - self.best_peer()
+    }
+    /// The rule read for the reference W-TinyLFU instead of runcache: how far a
+    /// Caffeine-class policy gets under the same judge.
+    fn reference_holds(&self) -> bool {
+        self.reference_margin() >= -0.5 && self.reference - self.lru >= -0.5
+    }
 }
 
 /// The lowest of some hit ratios (a cell's worst seed).
@@ -432,6 +442,12 @@ fn print_families(cells: &[Cell]) {
             "  against moka as built (moka-buf: its evictions batched, over its capacity between batches): {held}/{} held, mean {mean:+.2}",
             cells.len()
         );
+        let held = cells.iter().filter(|c| c.reference_holds()).count();
+        let mean = cells.iter().map(Cell::reference_margin).sum::<f64>() / cells.len() as f64;
+        println!(
+            "  the reference w-tinylfu under the same rule: {held}/{} held, mean {mean:+.2}",
+            cells.len()
+        );
     }
     let under: Vec<String> = cells
         .iter()
@@ -585,6 +601,20 @@ mod tests {
         assert!(c.holds());
         assert!((c.margin_buffered() + 2.8).abs() < 1e-9);
         assert!(!c.holds_buffered());
+    }
+
+    #[test]
+    fn the_reference_is_judged_by_the_same_rule_whatever_runcache_did() {
+        let mut c = cell(&[20.0], 49.6, 48.0, 30.0);
+        c.reference = 49.2;
+        assert!((c.reference_margin() + 0.4).abs() < 1e-9);
+        assert!(c.reference_holds() && !c.holds());
+        c.reference = 49.0;
+        assert!(!c.reference_holds(), "0.6 under moka");
+        // Within half a point of the peers but under LRU by more: missed.
+        let mut c = cell(&[40.0], 40.1, 39.0, 40.6);
+        c.reference = 40.0;
+        assert!(!c.reference_holds());
     }
 
     #[test]
