@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::climb::Left;
 use super::{
     push, sketch, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS, PROMOTE_HITS,
 };
@@ -54,6 +55,9 @@ impl<T: Queued> S3Fifo<T> {
         let (hits, accesses) = c.meta().take_hits();
         limit.record(c.hash(), accesses);
         limit.left_small(hits);
+        // Every leaver moves the small queue's clock; the ghost dates an evicted one by it
+        // (P9).
+        let left = self.climber.depart(false);
         // Relaxed: a queue-size hint.
         let main = self.main_weight.load(Ordering::Relaxed);
         let room = main + c.weight() <= main_capacity;
@@ -68,7 +72,7 @@ impl<T: Queued> S3Fifo<T> {
                 limit.knows(c.hash(), KNOWN_ESTIMATE)
             };
             if !stays {
-                return Some(self.evict_small(c, limit));
+                return Some(self.evict_small(c, limit, left));
             }
             if !room {
                 margin = KNOWN_MARGIN;
@@ -80,7 +84,7 @@ impl<T: Queued> S3Fifo<T> {
         let promoted = hits >= PROMOTE_HITS || returned_and_hit;
         // Relaxed: a hint (P7).
         if room && !promoted && self.owed.load(Ordering::Relaxed) > 0 {
-            return self.win_room(c, limit);
+            return self.win_room(c, limit, left);
         }
         if room || promoted {
             self.move_to_main(c);
@@ -102,7 +106,7 @@ impl<T: Queued> S3Fifo<T> {
             n += 1;
         }
         let Some(first) = victims[0].take() else {
-            return Some(self.evict_small(c, limit));
+            return Some(self.evict_small(c, limit, left));
         };
         // Incumbents all at the counters' ceiling cannot be outweighed: the sketch may halve
         // early (`Sketch::at_ceiling`).
@@ -133,7 +137,7 @@ impl<T: Queued> S3Fifo<T> {
                 .iter_mut()
                 .filter_map(Option::take)
                 .for_each(|v| self.front.push(v));
-            Some(self.evict_small(c, limit))
+            Some(self.evict_small(c, limit, left))
         }
     }
 
@@ -142,7 +146,7 @@ impl<T: Queued> S3Fifo<T> {
     /// sketch estimates it more frequent than the main queue's victim, which keeps the head
     /// either way; a winner pays its weight off the debt. Returns the entry to evict (the
     /// loser), or `None` if the leaver moved to the main queue.
-    fn win_room(&self, c: T, limit: &PassLimit<'_, T>) -> Option<T> {
+    fn win_room(&self, c: T, limit: &PassLimit<'_, T>, left: Left) -> Option<T> {
         let Some(v) = self.main_victim(limit) else {
             self.move_to_main(c);
             return None;
@@ -150,7 +154,7 @@ impl<T: Queued> S3Fifo<T> {
         let wins = limit.estimate(c.hash()) > limit.estimate(v.hash());
         self.front.push(v);
         if !wins {
-            return Some(self.evict_small(c, limit));
+            return Some(self.evict_small(c, limit, left));
         }
         // Saturating, as a racing winner may have paid it first (P7).
         subtract(&self.owed, c.weight());
@@ -158,10 +162,11 @@ impl<T: Queued> S3Fifo<T> {
         None
     }
 
-    /// Takes a small-queue leaver off the queue's total and remembers it in the ghost.
-    fn evict_small(&self, c: T, limit: &PassLimit<'_, T>) -> T {
+    /// Takes a small-queue leaver off the queue's total and remembers it in the ghost, dated
+    /// by the small queue's clock when it `left` (**P9**).
+    fn evict_small(&self, c: T, limit: &PassLimit<'_, T>, left: Left) -> T {
         uncount(&self.small_weight, &c);
-        limit.remember(c.hash());
+        limit.remember(c.hash(), left);
         c
     }
 
@@ -173,11 +178,13 @@ impl<T: Queued> S3Fifo<T> {
     /// without a duel (zigzag at 10% of its keys lost 1.56 points from one thread to four
     /// that way, 0.86 without).
     fn swap_into_main(&self, c: T, first: T, by_one: bool, limit: &PassLimit<'_, T>) -> T {
+        // The victim leaves the main queue: its clock moves, and dates it in the ghost (P9).
+        let left = self.climber.depart(true);
         // Linked before the winner is queued, where an evictor may visit it (P8).
         if by_one {
-            limit.remember_displaced(first.hash(), c.hash());
+            limit.remember_displaced(first.hash(), c.hash(), left);
         } else {
-            limit.remember(first.hash());
+            limit.remember(first.hash(), left);
         }
         c.meta().set_freq(0);
         let (w, off) = (c.weight(), first.weight());

@@ -1,6 +1,7 @@
 //! What the policy remembers beyond the entries it holds (the frequency sketch and the ghost
 //! of evicted hashes, **P4**), and one eviction pass's view of it ([`PassLimit`]).
 
+use super::climb::{Left, STAMP_BITS};
 use super::meta::Queued;
 use super::sketch::Sketch;
 use super::S3Fifo;
@@ -16,13 +17,21 @@ use std::cell::Cell;
 /// 0.87).
 const GHOST_PER_ENTRY: usize = 3;
 
-/// What the ghost keeps of an evicted hash: 31 of the 32 bits that its slot index (from the
-/// low 32 bits) does not use, never 0 (an empty slot); the top bit is left for [`DISPLACED`].
-/// A wrong match costs a misplaced entry, once in 2^30 lookups of a slot.
+/// What the ghost keeps of an evicted hash to know it again: 16 of the 32 bits that its
+/// slot index (from the low 32 bits) does not use, never 0 (an empty slot). A wrong match
+/// costs a misplaced entry, once in 2^15 lookups of a slot that holds another hash. The
+/// slot's other bits say where and when the hash left ([`Left`], **P9**) and whether it was
+/// [`DISPLACED`].
 fn fingerprint(hash: u64) -> u32 {
-    (hash >> 32) as u32 & !DISPLACED | 1
+    (hash >> 32) as u32 & FINGERPRINT | 1
 }
 
+/// The bits of a ghost slot that hold the [`fingerprint`].
+const FINGERPRINT: u32 = (1 << 16) - 1;
+/// The ghost slot's shift of a [`Left`]'s stamp (bits 16 to 29).
+const STAMP_SHIFT: u32 = 16;
+/// The ghost's mark on a hash that left the main queue (else it left the small one).
+const FROM_MAIN: u32 = 1 << 30;
 /// The ghost's mark on the hash of a main-queue entry that a leaver displaced by winning
 /// its duel by one (`narrow.rs`): its return says what that win cost.
 const DISPLACED: u32 = 1 << 31;
@@ -123,19 +132,20 @@ impl<'a, T: Queued> PassLimit<'a, T> {
         }
     }
 
-    /// Remembers an evicted hash in the ghost, once there is one.
-    pub(super) fn remember(&self, hash: u64) {
+    /// Remembers an evicted hash in the ghost with where and when it `left`, once there is a
+    /// ghost.
+    pub(super) fn remember(&self, hash: u64, left: Left) {
         if let Some(m) = self.memory {
-            m.remember(hash, 0);
+            m.remember(hash, 0, left);
         }
     }
 
     /// Remembers the hash of the main-queue entry `victim` that `winner` displaced by
     /// winning its duel by one, marked as such ([`Recall::Displaced`]), and links the two
     /// (**P8**), once there is a ghost.
-    pub(super) fn remember_displaced(&self, victim: u64, winner: u64) {
+    pub(super) fn remember_displaced(&self, victim: u64, winner: u64, left: Left) {
         if let Some(m) = self.memory {
-            m.remember(victim, DISPLACED);
+            m.remember(victim, DISPLACED, left);
             m.link(winner, victim);
         }
     }
@@ -218,39 +228,56 @@ impl Memory {
 
     /// What the ghost recalls of `hash` (or of a hash that shares its slot and
     /// fingerprint).
+    #[cfg(test)]
     pub(super) fn recall(&self, hash: u64) -> Recall {
+        self.recall_left(hash).0
+    }
+
+    /// What the ghost recalls of `hash`, and where and when it left if remembered (**P9**).
+    pub(super) fn recall_left(&self, hash: u64) -> (Recall, Option<Left>) {
         // Relaxed: a hint.
         let slot = self.ghost_slot(hash).load(Ordering::Relaxed);
-        if slot & !DISPLACED != fingerprint(hash) {
-            Recall::Forgotten
-        } else if slot & DISPLACED != 0 {
+        if slot & FINGERPRINT != fingerprint(hash) {
+            return (Recall::Forgotten, None);
+        }
+        let left = Left {
+            main: slot & FROM_MAIN != 0,
+            stamp: (slot >> STAMP_SHIFT) & ((1 << STAMP_BITS) - 1),
+        };
+        let recall = if slot & DISPLACED != 0 {
             Recall::Displaced
         } else {
             Recall::Evicted
-        }
+        };
+        (recall, Some(left))
     }
 
-    /// Remembers `hash` in the ghost with `mark` (0 or [`DISPLACED`]), in place of whatever
-    /// held its slot.
-    pub(super) fn remember(&self, hash: u64, mark: u32) {
+    /// Remembers `hash` in the ghost with `mark` (0 or [`DISPLACED`]) and where and when it
+    /// `left`, in place of whatever held its slot.
+    pub(super) fn remember(&self, hash: u64, mark: u32, left: Left) {
+        let from = if left.main { FROM_MAIN } else { 0 };
+        let stamp = (left.stamp & ((1 << STAMP_BITS) - 1)) << STAMP_SHIFT;
         // Relaxed: a hint.
         self.ghost_slot(hash)
-            .store(fingerprint(hash) | mark, Ordering::Relaxed);
+            .store(fingerprint(hash) | from | stamp | mark, Ordering::Relaxed);
     }
 
     /// Takes the [`DISPLACED`] mark off `hash`'s slot if the slot still holds it: `true`
     /// for the one caller that does (**P8**), the victim's return or its winner's proof.
     pub(super) fn settle(&self, hash: u64) -> bool {
-        let fingerprint = fingerprint(hash);
+        let slot = self.ghost_slot(hash);
         // Relaxed: a hint; the swap's atomicity alone makes one caller the one.
-        self.ghost_slot(hash)
-            .compare_exchange(
-                fingerprint | DISPLACED,
-                fingerprint,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+        let held = slot.load(Ordering::Relaxed);
+        held & FINGERPRINT == fingerprint(hash)
+            && held & DISPLACED != 0
+            && slot
+                .compare_exchange(
+                    held,
+                    held & !DISPLACED,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// The link slot of the narrow winner `winner` (bits 16 to 47 of its hash, scaled, so

@@ -4,7 +4,8 @@
 //! entries that proved themselves, and a ghost record of evicted hashes. The small queue's
 //! share of the capacity adapts to the workload: it moves between 1% and 80%, starting at
 //! 10%, towards the queue that earns more hits for its room (`climb.rs`, **P3**), as
-//! Caffeine's density climber sizes its window.
+//! Caffeine's density climber sizes its window, and between its periods towards the queue
+//! whose evicted hashes come back soonest, which more room would have kept (**P9**).
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
 //! is full, whether a newcomer deserves the place of the main queue's victim.
 //!
@@ -138,6 +139,13 @@
 //!   a win's marks (on its winner and in the ghost) come off once, by whoever reaches them
 //!   first. A refused win is a lost duel, so no value of the score can lose an entry
 //!   (`narrow.rs`).
+//! - **P9 (near returns).** The queues' clocks and the ghost's stamps are hints, like the
+//!   share: a departure is one relaxed increment of its queue's clock on the eviction path,
+//!   and a stamp is written with the hash's ghost slot, never on a hit. A stale clock, a
+//!   stamp that wrapped or a slot another hash took misdates one return, which moves the
+//!   share by one nudge the wrong way or not at all. Nudges and a period's close move the
+//!   share by read-modify-writes clamped to its bounds, so none is lost to another and no
+//!   value leaves the share's bounds (`climb.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -291,7 +299,13 @@ impl<T: Queued> S3Fifo<T> {
                 // the main queue is full), but it has no hits of its own to skip the duel
                 // with. A victim of a narrow win that comes back says what the win cost
                 // (P8).
-                match m.recall(hash) {
+                // A return within the near reach of its queue's departures moves the share
+                // towards that queue (P9).
+                let (recall, left) = m.recall_left(hash);
+                if let Some(left) = left {
+                    self.climber.returned(left);
+                }
+                match recall {
                     Recall::Forgotten => 0,
                     Recall::Evicted => 1,
                     Recall::Displaced => {
@@ -497,7 +511,7 @@ impl<T: Queued> S3Fifo<T> {
     /// and remembers it in the ghost.
     fn evict_main(&self, v: T, limit: &PassLimit<'_, T>) -> T {
         uncount(&self.main_weight, &v);
-        limit.remember(v.hash());
+        limit.remember(v.hash(), self.climber.depart(true));
         v
     }
 

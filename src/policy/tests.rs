@@ -129,6 +129,56 @@ fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<E
 }
 
 #[test]
+fn the_ghost_keeps_where_and_when_a_hash_left_beside_its_mark() {
+    use super::climb::{Left, STAMP_BITS};
+    let p = evicted(64);
+    let m = p.memory.get().unwrap();
+    let (h, v) = (5 << 32 | 5, 6 << 32 | 6);
+    let late = Left {
+        main: true,
+        stamp: (1 << STAMP_BITS) - 1,
+    };
+    m.remember(h, 0, late);
+    assert_eq!(m.recall_left(h), (Recall::Evicted, Some(late)));
+    assert_eq!(
+        m.recall_left(7 << 32 | 5).0,
+        Recall::Forgotten,
+        "another fingerprint"
+    );
+    // A displaced victim keeps its date when its mark comes off, once.
+    let early = Left {
+        main: false,
+        stamp: 3,
+    };
+    PassLimit::new(&p).remember_displaced(v, h, early);
+    assert_eq!(m.recall_left(v), (Recall::Displaced, Some(early)));
+    assert!(m.settle(v));
+    assert!(!m.settle(v), "the mark comes off once");
+    assert_eq!(m.recall_left(v), (Recall::Evicted, Some(early)));
+}
+
+#[test]
+fn evictions_are_dated_by_their_queue_and_their_returns_counted_near() {
+    // 100 leaves the small queue never hit and is evicted (the main queue is full and the
+    // sketch barely knows it); it misses again before anything else left: a near return,
+    // which a little more room in the small queue would have kept (P9).
+    let p = full(0..9, 100..101);
+    let m = p.memory.get().unwrap();
+    assert_eq!(p.victim(10).unwrap().hash, 100);
+    let (_, left) = m.recall_left(100);
+    assert!(left.is_some_and(|l| !l.main), "{left:?}");
+    admit(&p, entry(100), true, 1);
+    // A main victim, back at once too.
+    let limit = PassLimit::new(&p);
+    let v = p.main_victim(&limit).unwrap();
+    let v = p.evict_main(v, &limit);
+    let (_, left) = m.recall_left(v.hash);
+    assert!(left.is_some_and(|l| l.main), "{left:?}");
+    admit(&p, entry(v.hash), true, 1);
+    assert_eq!(p.climber.nears(), (2, 1), "one near return of each queue");
+}
+
+#[test]
 fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
     // Nine main entries fill the main queue's share of capacity 10 (the small queue starts
     // at the least share, one entry here).
@@ -266,7 +316,14 @@ fn a_remembered_leaver_hit_in_the_small_queue_skips_the_duel_and_one_hit_alone_d
     // new and hit once. Both have far fewer accesses in the sketch than victims 0 and 1.
     // (The ghost keeps a hash's high bits, so 102's differ from 101's.)
     let (back, new) = (entry(101), entry(102 << 32 | 102));
-    p.memory.get().unwrap().remember(back.hash, 0);
+    p.memory.get().unwrap().remember(
+        back.hash,
+        0,
+        super::climb::Left {
+            main: false,
+            stamp: 0,
+        },
+    );
     admit(&p, back.clone(), true, 1);
     admit(&p, new.clone(), true, 1);
     assert_eq!(back.meta.freq(), 1, "the ghost remembered 101");

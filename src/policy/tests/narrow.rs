@@ -44,7 +44,14 @@ fn the_trust_score_stays_within_its_bound_and_turns_around_within_it() {
 /// Admits `hash` as a newcomer the ghost remembers (evicted, unmarked) and that the sketch
 /// counts at `estimate` with its miss.
 fn remembered(p: &S3Fifo<Arc<Entry>>, hash: u64, estimate: u64) -> Arc<Entry> {
-    p.memory.get().unwrap().remember(hash, 0);
+    p.memory.get().unwrap().remember(
+        hash,
+        0,
+        super::super::climb::Left {
+            main: false,
+            stamp: 0,
+        },
+    );
     let e = entry(hash);
     admit(p, e.clone(), true, 1);
     assert_eq!(e.meta.freq(), 1, "the ghost remembered {hash:#x}");
