@@ -36,7 +36,7 @@
 //! idle room into hits (the CPU traces, OLTP, sprite). Measured on the training suite
 //! (`docs/DESIGN.md`): at a small queue of 10%, the near returns of the two queues point
 //! the way of the better share on nearly every cell, and steering by them beside the
-//! density gains 7.8 points of hits summed over its 87 cells, no cell losing more than 0.5.
+//! density gains 7.2 points of hits summed over its 87 cells, no cell losing more than 0.5.
 //!
 //! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit
 //! rate fell by [`MOVED_FALL`] or more from the last opens a watch of [`MOVED_WATCH`]
@@ -53,6 +53,7 @@
 //! carry on with the share as it is, so no evictor waits for another (**P3**).
 
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
 /// Where and when an evicted hash left the queues, as the ghost keeps it (**P9**): its
 /// queue, and that queue's clock when it left, in grains of [`Climber::grain`] entries,
@@ -65,22 +66,24 @@ pub(super) struct Left {
     pub(super) stamp: u32,
 }
 
-/// The bits of a [`Left`]'s stamp. The clock wraps at `1 << STAMP_BITS` grains, 256 near
-/// reaches (see [`Climber::grain`]), about 16 capacities' worth of the queue's departures;
-/// the ghost forgets most hashes within three capacities' worth of evictions, and a
-/// hash remembered longer than the wrap is taken for a near return once in 256.
+/// The bits of a [`Left`]'s stamp. The clock wraps at `1 << STAMP_BITS` grains, 128 to 256
+/// near reaches (see `Climber::grain_shift`), 8 to 16 capacities' worth of the queue's
+/// departures; the ghost forgets most hashes within three capacities' worth of evictions,
+/// and a hash remembered longer than the wrap is taken for a near return once in 128 to
+/// 256.
 pub(super) const STAMP_BITS: u32 = 14;
-/// The near reach's length in grains, for caches whose reach is longer.
-const REACH_GRAINS: u64 = 64;
-/// The near reach, as a fraction of the expected entries: a return within 1/16 of the
-/// capacity's worth of its queue's departures. Training suite (five seeds, one thread, an
-/// exact record of evictions in place of the ghost): 1/16 gained 12.8 points summed over
-/// its 87 cells, 1/8 gained 9.7 (`docs/EXPERIMENTS.md`).
-const REACH_DIVISOR: u64 = 16;
+/// The near reach's least length in grains (64), for caches whose reach is longer: a grain
+/// is the power of two of departures that leaves 64 to 127 of them in the reach.
+const REACH_GRAINS_SHIFT: u32 = 6;
+/// The near reach, as a fraction of the expected entries: a return within 1/16 (a shift by
+/// 4) of the capacity's worth of its queue's departures. Training suite (five seeds, one
+/// thread, an exact record of evictions in place of the ghost): 1/16 gained 12.8 points
+/// summed over its 87 cells, 1/8 gained 9.7 (`docs/EXPERIMENTS.md`).
+const REACH_SHIFT: u32 = 4;
 /// The shortest near reach, in departures.
 const REACH_MIN: u64 = 2;
 /// A near return's move of the share, in entries' worth of the capacity (at least one unit
-/// of the share). Training suite, as for [`REACH_DIVISOR`] and one return at a time: half
+/// of the share). Training suite, as for [`REACH_SHIFT`] and one return at a time: half
 /// an entry gained 12.8 points summed, one entry 10.9, two entries 10.1, a quarter 10.4
 /// (`docs/EXPERIMENTS.md`).
 const NUDGE: f64 = 0.5;
@@ -172,8 +175,9 @@ pub(super) struct Climber {
     /// Whether the main queue's idle entries lose sketch counts in this period (**P5**).
     aging: AtomicBool,
     /// The queues' clocks (**P9**): the entries taken off the small queue (`[0]`) and
-    /// evicted from the main queue (`[1]`) so far.
-    clocks: [AtomicU64; 2],
+    /// evicted from the main queue (`[1]`) so far. On a cache line of their own: every
+    /// eviction writes them, and every evictor reads the share and the entries above.
+    clocks: CachePadded<[AtomicU64; 2]>,
     /// The near returns of the batch under way (**P9**): all of them in the low 32 bits
     /// ([`NEARS`]), the small queue's in the high 32.
     nears: AtomicU64,
@@ -195,32 +199,43 @@ impl Climber {
             window_hits: AtomicU64::new(0),
             watch: AtomicU32::new(0),
             aging: AtomicBool::new(false),
-            clocks: [AtomicU64::new(0), AtomicU64::new(0)],
+            clocks: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
             nears: AtomicU64::new(0),
         }
     }
 
     /// The near reach (**P9**): a return to the ghost within this many departures of its
-    /// queue is near. [`REACH_DIVISOR`]th of the expected entries, at least [`REACH_MIN`].
+    /// queue is near. A sixteenth of the expected entries ([`REACH_SHIFT`]), at least
+    /// [`REACH_MIN`].
     pub(super) fn near(&self) -> u64 {
-        (self.entries() / REACH_DIVISOR).max(REACH_MIN)
+        (self.entries() >> REACH_SHIFT).max(REACH_MIN)
     }
 
-    /// The departures one unit of a [`Left`]'s stamp counts: 1 while the near reach is at
-    /// most [`REACH_GRAINS`] departures, else a [`REACH_GRAINS`]th of it, so that the
-    /// stamp's bits span 256 reaches whatever the cache's size.
+    /// The departures one unit of a [`Left`]'s stamp counts, as a shift: 1 while the near
+    /// reach is under 128 departures, else the power of two that leaves 64 to 127 grains
+    /// in the reach, so that the stamp's bits span 128 to 256 reaches whatever the cache's
+    /// size. (Shifts, not divisions: a departure and a return each take one.)
+    fn grain_shift(&self) -> u32 {
+        (self.near() >> REACH_GRAINS_SHIFT).max(1).ilog2()
+    }
+
+    /// The departures one unit of a [`Left`]'s stamp counts.
+    #[cfg(test)]
     fn grain(&self) -> u64 {
-        (self.near() / REACH_GRAINS).max(1)
+        1 << self.grain_shift()
     }
 
     /// Counts an entry leaving the small queue (`main` false) or evicted from the main
     /// queue, and returns the [`Left`] the ghost keeps if it remembers the hash.
     pub(super) fn depart(&self, main: bool) -> Left {
-        // Relaxed: a clock of hints (P9); a racing departure only dates one hash a step
-        // early or late.
-        let clock = self.clocks[usize::from(main)]
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1);
+        // Relaxed: a clock of hints (P9). A load and a store, not a read-modify-write (a
+        // locked add on every eviction cost the churn benchmark 3% on one thread): racing
+        // departures may count once, so under contention the clock runs a little slow and
+        // dates a hash a step early or late.
+        let clock = &self.clocks[usize::from(main)];
+        let clock_now = clock.load(Ordering::Relaxed).wrapping_add(1);
+        clock.store(clock_now, Ordering::Relaxed);
+        let clock = clock_now;
         Left {
             main,
             stamp: self.stamp(clock),
@@ -229,7 +244,7 @@ impl Climber {
 
     /// A clock reading in grains, modulo `1 << STAMP_BITS`.
     fn stamp(&self, clock: u64) -> u32 {
-        ((clock / self.grain()) & ((1 << STAMP_BITS) - 1)) as u32
+        ((clock >> self.grain_shift()) & ((1 << STAMP_BITS) - 1)) as u32
     }
 
     /// A hash the ghost remembered as `left` came back (missed): counts a near return of
@@ -239,7 +254,7 @@ impl Climber {
         // Relaxed: see `depart`.
         let now = self.stamp(self.clocks[usize::from(left.main)].load(Ordering::Relaxed));
         let age = u64::from(now.wrapping_sub(left.stamp) & ((1 << STAMP_BITS) - 1));
-        let near = age < (self.near() / self.grain()).max(1);
+        let near = age < (self.near() >> self.grain_shift()).max(1);
         if near {
             self.count_near(!left.main);
         }
@@ -737,7 +752,7 @@ mod tests {
         assert!(c.returned(left));
         // A whole reach of grains later: far.
         let left = c.depart(false);
-        c.clocks[0].fetch_add(REACH_GRAINS * grain, Ordering::Relaxed);
+        c.clocks[0].fetch_add((1 << REACH_GRAINS_SHIFT) * grain, Ordering::Relaxed);
         assert!(!c.returned(left));
         // One unit of the share is the least nudge (half an entry is less here): a batch
         // of small-queue returns alone moves the share by 32 units.

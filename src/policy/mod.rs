@@ -140,10 +140,11 @@
 //!   first. A refused win is a lost duel, so no value of the score can lose an entry
 //!   (`narrow.rs`).
 //! - **P9 (near returns).** The queues' clocks and the ghost's stamps are hints, like the
-//!   share: a departure is one relaxed increment of its queue's clock on the eviction path,
-//!   and a stamp is written with the hash's ghost slot, never on a hit. A stale clock, a
-//!   stamp that wrapped or a slot another hash took misdates one return, which moves the
-//!   share by one nudge the wrong way or not at all. Nudges and a period's close move the
+//!   share: a departure is a relaxed load and store of its queue's clock on the eviction
+//!   path (racing departures may count once, so the clock may run slow), and a stamp is
+//!   written with the hash's ghost slot, never on a hit. A stale or slow clock, a stamp
+//!   that wrapped or a slot another hash took misdates one return, which counts it in the
+//!   wrong batch or in none; a batch moves the share by a bounded step. Nudges and a period's close move the
 //!   share by read-modify-writes clamped to its bounds, so none is lost to another and no
 //!   value leaves the share's bounds (`climb.rs`).
 
