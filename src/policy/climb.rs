@@ -17,26 +17,10 @@
 //! the density steering did better than the hit-rate climber on 27 and worse on 2 (by more
 //! than 0.05 points; +0.15 on average, `docs/DESIGN.md`).
 //!
-//! Between the closes, the share also follows the ghost's *near returns* (**P9**), which
-//! steer it within a trace too short to close a period. Each queue has a clock, the entries
-//! taken off it so far (the small queue's leavers, wherever they go; the main queue's
-//! evictions), and the ghost dates each hash it remembers by its queue's clock
-//! ([`Left`]). A miss on a hash the ghost remembers is a *near return* if fewer than
-//! [`Climber::near`] entries left that queue since the hash did: so many more entries of
-//! room for that queue would have kept it, and the miss would have been a hit. Near returns
-//! are counted in batches of [`NEAR_BATCH`]; a batch in which one queue's outnumber the
-//! other's by [`NEAR_GATE`] or more moves the share towards that queue by [`NUDGE`]
-//! entries' worth for each one beyond, so the share rests where a little more room earns
-//! each queue as many hits as the other: the queues' *marginal* hits, where the density
-//! steering balances their average ones. The two differ where a queue's hits crowd at one
-//! end: a small queue whose entries are hit soon after they arrive earns much per entry,
-//! though its last entries earn nothing, and its room is better spent in the main queue
-//! (the LIRS programs, Zipf); a main queue whose proven entries keep their hits while the
-//! rest of it sits idle earns much per entry too, though a larger window would turn its
-//! idle room into hits (the CPU traces, OLTP, sprite). Measured on the training suite
-//! (`docs/DESIGN.md`): at a small queue of 10%, the near returns of the two queues point
-//! the way of the better share on nearly every cell, and steering by them beside the
-//! density gains 7.2 points of hits summed over its 87 cells, no cell losing more than 0.5.
+//! Between the closes, the share also follows the ghost's *near returns* (**P9**,
+//! `near.rs`): batches of misses on hashes that a little more room in their queue would
+//! have kept move it towards that queue, so it adapts within traces too short to close a
+//! period.
 //!
 //! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit
 //! rate fell by [`MOVED_FALL`] or more from the last opens a watch of [`MOVED_WATCH`]
@@ -52,55 +36,14 @@
 //! exactly one thread, the one whose compare-and-swap moves the period's start; the others
 //! carry on with the share as it is, so no evictor waits for another (**P3**).
 
+use super::near::{Left, NearReturns};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use crossbeam_utils::CachePadded;
 
-/// Where and when an evicted hash left the queues, as the ghost keeps it (**P9**): its
-/// queue, and that queue's clock when it left, in grains of [`Climber::grain`] entries,
-/// [`STAMP_BITS`] bits of it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Left {
-    /// The hash left the main queue (else the small one).
-    pub(super) main: bool,
-    /// Its queue's clock when it left, in grains, modulo `1 << STAMP_BITS`.
-    pub(super) stamp: u32,
-}
-
-/// The bits of a [`Left`]'s stamp. The clock wraps at `1 << STAMP_BITS` grains, 128 to 256
-/// near reaches (see `Climber::grain_shift`), 8 to 16 capacities' worth of the queue's
-/// departures; the ghost forgets most hashes within three capacities' worth of evictions,
-/// and a hash remembered longer than the wrap is taken for a near return once in 128 to
-/// 256.
-pub(super) const STAMP_BITS: u32 = 14;
-/// The near reach's least length in grains (64), for caches whose reach is longer: a grain
-/// is the power of two of departures that leaves 64 to 127 of them in the reach.
-const REACH_GRAINS_SHIFT: u32 = 6;
-/// The near reach, as a fraction of the expected entries: a return within 1/16 (a shift by
-/// 4) of the capacity's worth of its queue's departures. Training suite (five seeds, one
-/// thread, an exact record of evictions in place of the ghost): 1/16 gained 12.8 points
-/// summed over its 87 cells, 1/8 gained 9.7 (`docs/EXPERIMENTS.md`).
-const REACH_SHIFT: u32 = 4;
-/// The shortest near reach, in departures.
-const REACH_MIN: u64 = 2;
 /// A near return's move of the share, in entries' worth of the capacity (at least one unit
-/// of the share). Training suite, as for [`REACH_SHIFT`] and one return at a time: half
+/// of the share). Training suite, as for `near.rs`'s reach and one return at a time: half
 /// an entry gained 12.8 points summed, one entry 10.9, two entries 10.1, a quarter 10.4
 /// (`docs/EXPERIMENTS.md`).
 const NUDGE: f64 = 0.5;
-/// The near returns counted before the share moves (**P9**): it moves by their balance,
-/// and only if one queue's outnumber the other's by [`NEAR_GATE`]. Where the two come
-/// about equally often (a zigzag, whose turns reward a larger small queue as much as its
-/// fixed set rewards the main one), single returns walked the share at random, the
-/// hasher's seed deciding where: moved one return at a time, the zigzag test
-/// (`tests/policy.rs`) spread 1.05 points over its six seeds, and with a quarter-entry
-/// nudge the moving hot set at 5% spread 1.05 over five. In batches of 32 gated at 12
-/// (two standard deviations of a fair batch), 0.88 and 0.07 (the suite's widest 0.76),
-/// for 7.8 points summed instead of 9.7 (cpp at 5% and 10%, whose short replays fill few
-/// batches, 0.7 and 1.3 of it); batches of 16 gated at 6 spread cpp at 10% 1.19, batches
-/// of 64 gated at 16 gained 7.4.
-const NEAR_BATCH: u64 = 32;
-/// See [`NEAR_BATCH`].
-const NEAR_GATE: i64 = 12;
 
 /// The share's unit: a share of `ONE` is the whole capacity.
 const ONE: u32 = 1 << 16;
@@ -174,17 +117,9 @@ pub(super) struct Climber {
     watch: AtomicU32,
     /// Whether the main queue's idle entries lose sketch counts in this period (**P5**).
     aging: AtomicBool,
-    /// The queues' clocks (**P9**): the entries taken off the small queue (`[0]`) and
-    /// evicted from the main queue (`[1]`) so far. On a cache line of their own: every
-    /// eviction writes them, and every evictor reads the share and the entries above.
-    clocks: CachePadded<[AtomicU64; 2]>,
-    /// The near returns of the batch under way (**P9**): all of them in the low 32 bits
-    /// ([`NEARS`]), the small queue's in the high 32.
-    nears: AtomicU64,
+    /// The queues' clocks and the batch of near returns under way (**P9**).
+    near_returns: NearReturns,
 }
-
-/// `Climber::nears`'s count of the batch's near returns.
-const NEARS: u64 = (1 << 32) - 1;
 
 impl Climber {
     /// A climber for a cache expected to hold `entries` entries, starting at [`INITIAL_SHARE`].
@@ -199,108 +134,39 @@ impl Climber {
             window_hits: AtomicU64::new(0),
             watch: AtomicU32::new(0),
             aging: AtomicBool::new(false),
-            clocks: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
-            nears: AtomicU64::new(0),
+            near_returns: NearReturns::new(),
         }
-    }
-
-    /// The near reach (**P9**): a return to the ghost within this many departures of its
-    /// queue is near. A sixteenth of the expected entries ([`REACH_SHIFT`]), at least
-    /// [`REACH_MIN`].
-    pub(super) fn near(&self) -> u64 {
-        (self.entries() >> REACH_SHIFT).max(REACH_MIN)
-    }
-
-    /// The departures one unit of a [`Left`]'s stamp counts, as a shift: 1 while the near
-    /// reach is under 128 departures, else the power of two that leaves 64 to 127 grains
-    /// in the reach, so that the stamp's bits span 128 to 256 reaches whatever the cache's
-    /// size. (Shifts, not divisions: a departure and a return each take one.)
-    fn grain_shift(&self) -> u32 {
-        (self.near() >> REACH_GRAINS_SHIFT).max(1).ilog2()
-    }
-
-    /// The departures one unit of a [`Left`]'s stamp counts.
-    #[cfg(test)]
-    fn grain(&self) -> u64 {
-        1 << self.grain_shift()
     }
 
     /// Counts an entry leaving the small queue (`main` false) or evicted from the main
-    /// queue, and returns the [`Left`] the ghost keeps if it remembers the hash.
+    /// queue on its queue's clock, and returns the [`Left`] the ghost keeps if it
+    /// remembers the hash (**P9**).
     pub(super) fn depart(&self, main: bool) -> Left {
-        // Relaxed: a clock of hints (P9). A load and a store, not a read-modify-write (a
-        // locked add on every eviction cost the churn benchmark 3% on one thread): racing
-        // departures may count once, so under contention the clock runs a little slow and
-        // dates a hash a step early or late.
-        let clock = &self.clocks[usize::from(main)];
-        let clock_now = clock.load(Ordering::Relaxed).wrapping_add(1);
-        clock.store(clock_now, Ordering::Relaxed);
-        let clock = clock_now;
-        Left {
-            main,
-            stamp: self.stamp(clock),
-        }
+        self.near_returns.depart(main, self.entries())
     }
 
-    /// A clock reading in grains, modulo `1 << STAMP_BITS`.
-    fn stamp(&self, clock: u64) -> u32 {
-        ((clock >> self.grain_shift()) & ((1 << STAMP_BITS) - 1)) as u32
-    }
-
-    /// A hash the ghost remembered as `left` came back (missed): counts a near return of
-    /// its queue if it came back within the near reach of that queue's departures (**P9**).
-    /// Returns whether it was near.
+    /// A hash the ghost remembered as `left` came back (missed): if it is a near return,
+    /// counts it, and moves the share by the batch it fills (**P9**). Returns whether it
+    /// was near.
     pub(super) fn returned(&self, left: Left) -> bool {
-        // Relaxed: see `depart`.
-        let now = self.stamp(self.clocks[usize::from(left.main)].load(Ordering::Relaxed));
-        let age = u64::from(now.wrapping_sub(left.stamp) & ((1 << STAMP_BITS) - 1));
-        let near = age < (self.near() >> self.grain_shift()).max(1);
+        let entries = self.entries();
+        let near = self.near_returns.is_near(left, entries);
         if near {
-            self.count_near(!left.main);
+            if let Some(beyond) = self.near_returns.count(!left.main) {
+                self.nudge(beyond);
+            }
         }
         near
     }
 
-    /// Counts a near return of a small-queue leaver (`small`) or of a main-queue victim into
-    /// the batch under way; the call that fills the batch ([`NEAR_BATCH`]) starts the next
-    /// one and moves the share by a [`NUDGE`] for each near return of one queue beyond the
-    /// other's, towards the queue with more, if they differ by [`NEAR_GATE`] or more.
-    fn count_near(&self, small: bool) {
-        let add = if small { 1 << 32 | 1 } else { 1 };
-        // Relaxed: a hint (P9); the update's atomicity gives each return to one batch and
-        // each batch to the one call that fills it.
-        let Ok(before) = self
-            .nears
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(if (n & NEARS) + 1 >= NEAR_BATCH {
-                    0
-                } else {
-                    n + add
-                })
-            })
-        else {
-            return;
-        };
-        if (before & NEARS) + 1 < NEAR_BATCH {
-            return;
-        }
-        // The batch's small-queue returns, this one included, at most NEAR_BATCH.
-        let small = ((before + add) >> 32).min(NEAR_BATCH) as i64;
-        let beyond = 2 * small - NEAR_BATCH as i64;
-        if beyond.abs() >= NEAR_GATE {
-            self.nudge(beyond);
-        }
-    }
-
-    /// The batch under way: its near returns, and the small queue's of them.
+    /// The batch of near returns under way: all of them, and the small queue's of them.
     #[cfg(test)]
     pub(super) fn nears(&self) -> (u64, u64) {
-        let n = self.nears.load(Ordering::Relaxed);
-        (n & NEARS, n >> 32)
+        self.near_returns.batch()
     }
 
     /// Moves the share by `times` [`NUDGE`]s (each an entry's worth times `NUDGE`, at least
-    /// one unit of the share), up for a positive `times`.
+    /// one unit of the share), up for a positive `times`: a batch of near returns' move.
     fn nudge(&self, times: i64) {
         let step = (NUDGE * f64::from(ONE) / self.entries().max(1) as f64).max(1.0) as i64;
         self.shift(step.saturating_mul(times));
@@ -474,6 +340,7 @@ impl Climber {
 
 #[cfg(all(test, not(runcache_loom)))]
 mod tests {
+    use super::super::near::NEAR_BATCH;
     use super::*;
     use proptest::prelude::*;
 
@@ -684,7 +551,7 @@ mod tests {
         // 160 entries: returns within 10 departures of their queue are near, and a nudge is
         // half an entry's worth of the share.
         let c = Climber::new(160);
-        assert_eq!((c.near(), c.grain()), (10, 1));
+        assert_eq!(NearReturns::near(160), 10);
         let step = (NUDGE * f64::from(ONE) / 160.0) as u32;
         let back = |main: bool, later: u64| {
             let left = c.depart(main);
@@ -739,31 +606,6 @@ mod tests {
     }
 
     #[test]
-    fn large_caches_date_departures_in_grains_and_the_stamp_wraps() {
-        let c = Climber::new(1 << 20);
-        let grain = c.grain();
-        assert_eq!((c.near(), grain), (1 << 16, 1 << 10));
-        // A hash leaves one departure before the stamp's clock wraps...
-        c.clocks[0].store((1 << STAMP_BITS) * grain - 2, Ordering::Relaxed);
-        let left = c.depart(false);
-        assert_eq!(left.stamp, (1 << STAMP_BITS) - 1);
-        // ...and comes back three grains later, after the wrap: near.
-        c.clocks[0].fetch_add(3 * grain, Ordering::Relaxed);
-        assert!(c.returned(left));
-        // A whole reach of grains later: far.
-        let left = c.depart(false);
-        c.clocks[0].fetch_add((1 << REACH_GRAINS_SHIFT) * grain, Ordering::Relaxed);
-        assert!(!c.returned(left));
-        // One unit of the share is the least nudge (half an entry is less here): a batch
-        // of small-queue returns alone moves the share by 32 units.
-        for _ in 0..NEAR_BATCH {
-            let left = c.depart(false);
-            assert!(c.returned(left));
-        }
-        assert_eq!(c.share(), INITIAL_SHARE + NEAR_BATCH as u32);
-    }
-
-    #[test]
     fn nudges_stay_within_the_bounds_and_add_to_a_close() {
         let c = Climber::new(4);
         let batches = |main: bool, n: u64| {
@@ -773,6 +615,7 @@ mod tests {
             }
         };
         // A batch's move of 32 half-entries of four is four capacities: the bound holds.
+        assert_eq!(NEAR_BATCH, 32);
         batches(false, 3);
         assert_eq!(c.share(), MAX_SHARE);
         batches(true, 3);
@@ -790,10 +633,10 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the counts (lagging, out of step, wrapping, huge; visits, window hits and
-        /// the ghost's returns too), the share stays within its bounds, every move is finite and within
-        /// MAX_MOVE, the watch never passes its length, and nothing overflows or divides by
-        /// zero.
+        /// Whatever the counts (lagging, out of step, wrapping, huge; visits, window hits
+        /// and the ghost's returns too), the share stays within its bounds, every move is
+        /// finite and within MAX_MOVE, the watch never passes its length, and nothing
+        /// overflows or divides by zero.
         #[test]
         fn any_counts_keep_the_state_in_bounds(
             entries in 0u64..u64::MAX,

@@ -4,7 +4,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::climb::Left;
+use super::near::Left;
 use super::{
     push, sketch, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS, PROMOTE_HITS,
 };

@@ -1,8 +1,8 @@
 //! What the policy remembers beyond the entries it holds (the frequency sketch and the ghost
 //! of evicted hashes, **P4**), and one eviction pass's view of it ([`PassLimit`]).
 
-use super::climb::{Left, STAMP_BITS};
 use super::meta::Queued;
+use super::near::{Left, STAMP_BITS};
 use super::sketch::Sketch;
 use super::S3Fifo;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};

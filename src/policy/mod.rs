@@ -73,7 +73,8 @@
 //! the check on duels won by one (**P8**); `meta.rs` the
 //! entry's own state (its frequency byte, its claim and its cold stage); `memory.rs` the
 //! sketch and the ghost, and an eviction pass's view of them; `sketch.rs` the count-min
-//! sketch; `climb.rs` the small queue's adaptive share and the aging watch; `upkeep.rs` the
+//! sketch; `climb.rs` the small queue's adaptive share and the aging watch; `near.rs` the
+//! queues' clocks and the ghost's near returns that move the share between periods; `upkeep.rs` the
 //! compaction of removed entries and the bookkeeping check.
 //!
 //! # Invariants of the queues
@@ -139,14 +140,14 @@
 //!   a win's marks (on its winner and in the ghost) come off once, by whoever reaches them
 //!   first. A refused win is a lost duel, so no value of the score can lose an entry
 //!   (`narrow.rs`).
-//! - **P9 (near returns).** The queues' clocks and the ghost's stamps are hints, like the
-//!   share: a departure is a relaxed load and store of its queue's clock on the eviction
-//!   path (racing departures may count once, so the clock may run slow), and a stamp is
-//!   written with the hash's ghost slot, never on a hit. A stale or slow clock, a stamp
+//! - **P9 (near returns).** The queues' clocks and the ghost's stamps (`near.rs`) are hints,
+//!   like the share: a departure is a relaxed load and store of its queue's clock on the
+//!   eviction path (racing departures may count once, so the clock may run slow), and a stamp
+//!   is written with the hash's ghost slot, never on a hit. A stale or slow clock, a stamp
 //!   that wrapped or a slot another hash took misdates one return, which counts it in the
-//!   wrong batch or in none; a batch moves the share by a bounded step. Nudges and a period's close move the
-//!   share by read-modify-writes clamped to its bounds, so none is lost to another and no
-//!   value leaves the share's bounds (`climb.rs`).
+//!   wrong batch or in none; a batch moves the share by a bounded step. Nudges and a period's
+//!   close move the share by read-modify-writes clamped to its bounds, so none is lost to
+//!   another and no value leaves the share's bounds (`near.rs`, `climb.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -155,6 +156,7 @@ mod leave;
 mod memory;
 mod meta;
 mod narrow;
+mod near;
 mod sketch;
 mod upkeep;
 

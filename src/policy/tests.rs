@@ -130,7 +130,7 @@ fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<E
 
 #[test]
 fn the_ghost_keeps_where_and_when_a_hash_left_beside_its_mark() {
-    use super::climb::{Left, STAMP_BITS};
+    use super::near::{Left, STAMP_BITS};
     let p = evicted(64);
     let m = p.memory.get().unwrap();
     let (h, v) = (5 << 32 | 5, 6 << 32 | 6);
@@ -319,7 +319,7 @@ fn a_remembered_leaver_hit_in_the_small_queue_skips_the_duel_and_one_hit_alone_d
     p.memory.get().unwrap().remember(
         back.hash,
         0,
-        super::climb::Left {
+        super::near::Left {
             main: false,
             stamp: 0,
         },

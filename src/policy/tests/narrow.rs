@@ -47,7 +47,7 @@ fn remembered(p: &S3Fifo<Arc<Entry>>, hash: u64, estimate: u64) -> Arc<Entry> {
     p.memory.get().unwrap().remember(
         hash,
         0,
-        super::super::climb::Left {
+        super::super::near::Left {
             main: false,
             stamp: 0,
         },

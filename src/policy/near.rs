@@ -1,0 +1,217 @@
+//! The ghost's *near returns* (**P9**), which move the small queue's share between the
+//! climber's periods (`climb.rs`) and within a trace too short to close one. Each queue has
+//! a clock, the entries taken off it so far (the small queue's leavers, wherever they go;
+//! the main queue's evictions), and the ghost dates each hash it remembers by its queue's
+//! clock ([`Left`]). A miss on a hash the ghost remembers is a *near return* if fewer than
+//! [`NearReturns::near`] entries left that queue since the hash did: so many more entries
+//! of room for that queue would have kept it, and the miss would have been a hit. Near
+//! returns are counted in batches of [`NEAR_BATCH`]; a batch in which one queue's outnumber
+//! the other's by [`NEAR_GATE`] or more moves the share towards that queue by `climb.rs`'s
+//! `NUDGE` entries' worth for each one beyond, so the share rests where a little more room
+//! earns each queue as many hits as the other: the queues' *marginal* hits, where the
+//! density steering balances their average ones. The two differ where a queue's hits crowd
+//! at one end: a small queue whose entries are hit soon after they arrive earns much per
+//! entry, though its last entries earn nothing, and its room is better spent in the main
+//! queue (the LIRS programs, Zipf); a main queue whose proven entries keep their hits while
+//! the rest of it sits idle earns much per entry too, though a larger window would turn its
+//! idle room into hits (the CPU traces, OLTP, sprite). Measured on the training suite
+//! (`docs/DESIGN.md`): at a small queue of 10%, the near returns of the two queues point
+//! the way of the better share on nearly every cell, and steering by them beside the
+//! density gains 7.2 points of hits summed over its 87 cells, no cell losing more than 0.5.
+//!
+//! Nothing here is written on a hit: a departure is a relaxed load and store of its queue's
+//! clock on the eviction path, a return one read-modify-write of the batch on a miss.
+
+use crate::sync::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+
+/// Where and when an evicted hash left the queues, as the ghost keeps it (**P9**): its
+/// queue, and that queue's clock when it left, in grains ([`NearReturns::grain_shift`]),
+/// [`STAMP_BITS`] bits of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Left {
+    /// The hash left the main queue (else the small one).
+    pub(super) main: bool,
+    /// Its queue's clock when it left, in grains, modulo `1 << STAMP_BITS`.
+    pub(super) stamp: u32,
+}
+
+/// The bits of a [`Left`]'s stamp. The clock wraps at `1 << STAMP_BITS` grains, 128 to 256
+/// near reaches, 8 to 16 capacities' worth of the queue's departures; the ghost forgets
+/// most hashes within three capacities' worth of evictions, and a hash remembered longer
+/// than the wrap is taken for a near return once in 128 to 256.
+pub(super) const STAMP_BITS: u32 = 14;
+/// The mask of a stamp's bits.
+const STAMP_MASK: u32 = (1 << STAMP_BITS) - 1;
+/// The near reach's least length in grains (64), for caches whose reach is longer: a grain
+/// is the power of two of departures that leaves 64 to 127 of them in the reach.
+const REACH_GRAINS_SHIFT: u32 = 6;
+/// The near reach, as a fraction of the expected entries: a return within 1/16 (a shift by
+/// 4) of the capacity's worth of its queue's departures. Training suite (five seeds, one
+/// thread, an exact record of evictions in place of the ghost): 1/16 gained 12.8 points
+/// summed over its 87 cells, 1/8 gained 9.7 (`docs/EXPERIMENTS.md`).
+const REACH_SHIFT: u32 = 4;
+/// The shortest near reach, in departures.
+const REACH_MIN: u64 = 2;
+/// The near returns counted before the share moves (**P9**): it moves by their balance,
+/// and only if one queue's outnumber the other's by [`NEAR_GATE`]. Where the two come
+/// about equally often (a zigzag, whose turns reward a larger small queue as much as its
+/// fixed set rewards the main one), single returns walked the share at random, the
+/// hasher's seed deciding where: moved one return at a time, the zigzag test
+/// (`tests/policy.rs`) spread 1.05 points over its six seeds, and with a quarter-entry
+/// nudge the moving hot set at 5% spread 1.05 over five. In batches of 32 gated at 12
+/// (two standard deviations of a fair batch), 0.88 and 0.07 (the suite's widest 0.76),
+/// for 7.8 points summed instead of 9.7 (cpp at 5% and 10%, whose short replays fill few
+/// batches, 0.7 and 1.3 of it); batches of 16 gated at 6 spread cpp at 10% 1.19, batches
+/// of 64 gated at 16 gained 7.4.
+pub(super) const NEAR_BATCH: u64 = 32;
+/// See [`NEAR_BATCH`].
+const NEAR_GATE: i64 = 12;
+/// [`NearReturns::nears`]'s count of the batch's near returns (its low 32 bits).
+const NEARS: u64 = (1 << 32) - 1;
+
+/// The queues' clocks and the batch of near returns under way (**P9**).
+pub(super) struct NearReturns {
+    /// The entries taken off the small queue (`[0]`) and evicted from the main queue
+    /// (`[1]`) so far. On a cache line of their own: every eviction writes them, and every
+    /// evictor reads the climber's share and entries beside them.
+    clocks: CachePadded<[AtomicU64; 2]>,
+    /// The near returns of the batch under way: all of them in the low 32 bits
+    /// ([`NEARS`]), the small queue's in the high 32.
+    nears: AtomicU64,
+}
+
+impl NearReturns {
+    pub(super) fn new() -> Self {
+        Self {
+            clocks: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
+            nears: AtomicU64::new(0),
+        }
+    }
+
+    /// The near reach of a cache expected to hold `entries` entries: a return to the ghost
+    /// within this many departures of its queue is near. A sixteenth of the entries
+    /// ([`REACH_SHIFT`]), at least [`REACH_MIN`].
+    pub(super) fn near(entries: u64) -> u64 {
+        (entries >> REACH_SHIFT).max(REACH_MIN)
+    }
+
+    /// The departures one unit of a [`Left`]'s stamp counts, as a shift: 1 while the near
+    /// reach is under 128 departures, else the power of two that leaves 64 to 127 grains
+    /// in the reach, so that the stamp's bits span 128 to 256 reaches whatever the cache's
+    /// size. (Shifts, not divisions: a departure and a return each take one.)
+    fn grain_shift(entries: u64) -> u32 {
+        (Self::near(entries) >> REACH_GRAINS_SHIFT).max(1).ilog2()
+    }
+
+    /// Counts an entry leaving the small queue (`main` false) or evicted from the main
+    /// queue, and returns the [`Left`] the ghost keeps if it remembers the hash.
+    pub(super) fn depart(&self, main: bool, entries: u64) -> Left {
+        // Relaxed: a clock of hints (P9). A load and a store, not a read-modify-write (a
+        // locked add on every eviction cost the churn benchmark 3% on one thread): racing
+        // departures may count once, so under contention the clock runs a little slow and
+        // dates a hash a step early or late.
+        let clock = &self.clocks[usize::from(main)];
+        let now = clock.load(Ordering::Relaxed).wrapping_add(1);
+        clock.store(now, Ordering::Relaxed);
+        Left {
+            main,
+            stamp: Self::stamp(now, entries),
+        }
+    }
+
+    /// A clock reading in grains, modulo `1 << STAMP_BITS`.
+    fn stamp(clock: u64, entries: u64) -> u32 {
+        (clock >> Self::grain_shift(entries)) as u32 & STAMP_MASK
+    }
+
+    /// Whether a hash that `left` its queue comes back within the near reach of that
+    /// queue's departures.
+    pub(super) fn is_near(&self, left: Left, entries: u64) -> bool {
+        // Relaxed: see `depart`.
+        let clock = self.clocks[usize::from(left.main)].load(Ordering::Relaxed);
+        let age = Self::stamp(clock, entries).wrapping_sub(left.stamp) & STAMP_MASK;
+        u64::from(age) < (Self::near(entries) >> Self::grain_shift(entries)).max(1)
+    }
+
+    /// Counts a near return of a small-queue leaver (`small`) or of a main-queue victim into
+    /// the batch under way. The call that fills the batch ([`NEAR_BATCH`]) starts the next
+    /// one and returns the near returns of the small queue beyond the main queue's
+    /// (negative for fewer) if they differ by [`NEAR_GATE`] or more: the share's move.
+    pub(super) fn count(&self, small: bool) -> Option<i64> {
+        let add = if small { 1 << 32 | 1 } else { 1 };
+        // Relaxed: a hint (P9); the update's atomicity gives each return to one batch and
+        // each batch to the one call that fills it.
+        let Ok(before) = self
+            .nears
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(if (n & NEARS) + 1 >= NEAR_BATCH {
+                    0
+                } else {
+                    n + add
+                })
+            })
+        else {
+            return None;
+        };
+        if (before & NEARS) + 1 < NEAR_BATCH {
+            return None;
+        }
+        // The batch's small-queue returns, this one included, at most NEAR_BATCH.
+        let small = ((before + add) >> 32).min(NEAR_BATCH) as i64;
+        let beyond = 2 * small - NEAR_BATCH as i64;
+        (beyond.abs() >= NEAR_GATE).then_some(beyond)
+    }
+
+    /// The batch under way: its near returns, and the small queue's of them.
+    #[cfg(test)]
+    pub(super) fn batch(&self) -> (u64, u64) {
+        let n = self.nears.load(Ordering::Relaxed);
+        (n & NEARS, n >> 32)
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_caches_date_departures_in_grains_and_the_stamp_wraps() {
+        const ENTRIES: u64 = 1 << 20;
+        let n = NearReturns::new();
+        let grain = 1 << NearReturns::grain_shift(ENTRIES);
+        assert_eq!((NearReturns::near(ENTRIES), grain), (1 << 16, 1 << 10));
+        // A hash leaves one departure before the stamp's clock wraps...
+        n.clocks[0].store((1 << STAMP_BITS) * grain - 2, Ordering::Relaxed);
+        let left = n.depart(false, ENTRIES);
+        assert_eq!(left.stamp, (1 << STAMP_BITS) - 1);
+        // ...and comes back three grains later, after the wrap: near.
+        n.clocks[0].fetch_add(3 * grain, Ordering::Relaxed);
+        assert!(n.is_near(left, ENTRIES));
+        // A whole reach of grains later: far.
+        let left = n.depart(false, ENTRIES);
+        n.clocks[0].fetch_add((1 << REACH_GRAINS_SHIFT) * grain, Ordering::Relaxed);
+        assert!(!n.is_near(left, ENTRIES));
+        // Small caches count every departure: 160 entries reach back 10.
+        assert_eq!(
+            (NearReturns::near(160), NearReturns::grain_shift(160)),
+            (10, 0)
+        );
+    }
+
+    #[test]
+    fn a_full_batch_returns_its_balance_past_the_gate_and_starts_the_next() {
+        let n = NearReturns::new();
+        let fill = |small: u64| {
+            let moves: Vec<_> = (0..NEAR_BATCH).map(|i| n.count(i < small)).collect();
+            assert!(moves[..NEAR_BATCH as usize - 1].iter().all(Option::is_none));
+            assert_eq!(n.batch(), (0, 0), "a full batch starts the next");
+            moves[NEAR_BATCH as usize - 1]
+        };
+        // 22 small-queue returns of 32 are 12 beyond the main queue's, at the gate.
+        assert_eq!(fill(22), Some(12));
+        assert_eq!(fill(21), None, "10 beyond: within the gate");
+        assert_eq!(fill(10), Some(-12));
+        assert_eq!(fill(32), Some(32));
+    }
+}
