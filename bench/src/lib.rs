@@ -8,6 +8,7 @@
 //! get; runcache's own `get` returns an `Arc` too.
 #![allow(dead_code)]
 
+pub mod gdsf;
 pub mod wtinylfu;
 
 use plotters::prelude::*;

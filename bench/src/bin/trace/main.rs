@@ -40,6 +40,11 @@
 //!   --only NAME,..      with --suite: only these traces or families (names as printed)
 //!   --shares NAME@F     with --suite: replays suite trace NAME at fraction F of its unique
 //!                       keys under each seed and plots the small queue's share over time
+//!   --weighted          with --suite: the weighted suite instead, entries weighing their
+//!                       size under budgets that are fractions of the unique bytes, object
+//!                       and byte hit ratios against moka, quick_cache, LRU by bytes and
+//!                       GDSF (the many-models stream, the real traces under four size
+//!                       models, and every `key size` trace `*.sized[.zst]` of the folder)
 //! ```
 //!
 //! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
@@ -49,7 +54,10 @@
 
 mod load;
 mod policies;
+mod sized;
 mod suite;
+mod weighed;
+mod weighted;
 
 use load::*;
 use policies::*;
@@ -113,6 +121,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         suite: None,
     };
     let (mut suite, mut quick, mut seeds, mut shares) = (false, false, None, None);
+    let mut weighted = false;
     let mut only = Vec::new();
     let mut matrix = false;
     let mut limit = usize::MAX;
@@ -148,6 +157,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--matrix" => matrix = true,
             "--suite" => suite = true,
             "--quick" => quick = true,
+            "--weighted" => weighted = true,
             "--shares" => shares = Some(value("--shares")?),
             "--only" => only = value("--only")?.split(',').map(str::to_string).collect(),
             "--seeds" => {
@@ -186,8 +196,11 @@ fn parse_args() -> Result<Option<Options>, String> {
             file => files.push(PathBuf::from(file)),
         }
     }
-    if (quick || seeds.is_some() || shares.is_some() || !only.is_empty()) && !suite {
-        return Err("--quick, --seeds, --only and --shares go with --suite".into());
+    if (quick || weighted || seeds.is_some() || shares.is_some() || !only.is_empty()) && !suite {
+        return Err("--quick, --weighted, --seeds, --only and --shares go with --suite".into());
+    }
+    if weighted && shares.is_some() {
+        return Err("--shares plots the unit suite's share; drop --weighted".into());
     }
     if suite {
         if matrix || opts.sizes.is_some() || !opts.traces.is_empty() || !files.is_empty() {
@@ -211,6 +224,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             shares,
             only,
             threads,
+            weighted,
         });
         return Ok(Some(opts));
     }
@@ -290,6 +304,7 @@ fn main() -> ExitCode {
     if let Some(suite) = &opts.suite {
         let run = match &suite.shares {
             Some(spec) => suite::shares(suite, spec, &opts.svg_dir),
+            None if suite.weighted => weighted::run(suite),
             None => suite::run(suite),
         };
         return match run {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The real traces of the suite (the files of `shared/traces/`), each with its family.
-const REAL: &[(&str, &str)] = &[
+pub const REAL: &[(&str, &str)] = &[
     ("OLTP.lis.zst", "database"),
     ("orm-busy.trace.zst", "database"),
     ("P3.lis.zst", "disk"),
@@ -85,6 +85,8 @@ pub struct Suite {
     /// `--threads`: above 1, runcache is replayed on this many threads too, under the same
     /// seeds, and each cell reports its loss from one thread.
     pub threads: usize,
+    /// `--weighted`: the weighted suite (`weighted.rs`) instead.
+    pub weighted: bool,
 }
 
 impl Suite {
@@ -228,6 +230,23 @@ pub fn default_dir() -> PathBuf {
     )
 }
 
+/// Runs `work` on every job, on as many threads as the machine has cores, each taking the
+/// next job in order; returns how many threads ran.
+pub fn in_parallel<J: Sync>(jobs: &[J], work: impl Fn(&J) + Sync) -> usize {
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    work(job);
+                }
+            });
+        }
+    });
+    workers
+}
+
 /// Runs the suite and prints its tables and summaries.
 pub fn run(suite: &Suite) -> Result<(), String> {
     let started = std::time::Instant::now();
@@ -284,52 +303,52 @@ pub fn run(suite: &Suite) -> Result<(), String> {
     // The longest replays first, so the workers finish together.
     jobs.sort_by_key(|&(t, ..)| std::cmp::Reverse(traces[t].2.len()));
     let cells = Mutex::new(cells);
-    let next = AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                while let Some(&(t, c, capacity, subject)) =
-                    jobs.get(next.fetch_add(1, Ordering::Relaxed))
-                {
-                    let trace = &traces[t].2;
-                    let hits = match subject {
-                        Subject::Lru => lru(trace, capacity),
-                        Subject::Moka => best_of(trace, || moka(trace, capacity, 1)),
-                        Subject::MokaBuffered => moka_buffered(trace, capacity, 1),
-                        Subject::Quick => best_of(trace, || quick_cache(trace, capacity, 1)),
-                        Subject::Reference => runcache_bench::wtinylfu::replay(trace, capacity),
-                        Subject::TinyUfo => tinyufo(trace, capacity),
-                        Subject::Ours(seed) => runcache(trace, capacity, 1, seed),
-                        Subject::Threaded(seed) => runcache(trace, capacity, suite.threads, seed),
-                    };
-                    let pct = 100.0 * hits as f64 / trace.len() as f64;
-                    let mut cells = cells.lock().unwrap();
-                    let cell = &mut cells[c];
-                    match subject {
-                        Subject::Lru => cell.lru = pct,
-                        Subject::Moka => cell.moka = pct,
-                        Subject::MokaBuffered => cell.moka_buffered = pct,
-                        Subject::Quick => cell.quick = pct,
-                        Subject::Reference => cell.reference = pct,
-                        Subject::TinyUfo => cell.tinyufo = pct,
-                        Subject::Ours(seed) => cell.ours[seed as usize] = pct,
-                        Subject::Threaded(seed) => cell.threaded[seed as usize] = pct,
-                    }
-                }
-            });
+    let workers = in_parallel(&jobs, |&(t, c, capacity, subject)| {
+        let trace = &traces[t].2;
+        let hits = match subject {
+            Subject::Lru => lru(trace, capacity),
+            Subject::Moka => best_of(trace, || moka(trace, capacity, 1)),
+            Subject::MokaBuffered => moka_buffered(trace, capacity, 1),
+            Subject::Quick => best_of(trace, || quick_cache(trace, capacity, 1)),
+            Subject::Reference => runcache_bench::wtinylfu::replay(trace, capacity),
+            Subject::TinyUfo => tinyufo(trace, capacity),
+            Subject::Ours(seed) => runcache(trace, capacity, 1, seed),
+            Subject::Threaded(seed) => runcache(trace, capacity, suite.threads, seed),
+        };
+        let pct = 100.0 * hits as f64 / trace.len() as f64;
+        let mut cells = cells.lock().unwrap();
+        let cell = &mut cells[c];
+        match subject {
+            Subject::Lru => cell.lru = pct,
+            Subject::Moka => cell.moka = pct,
+            Subject::MokaBuffered => cell.moka_buffered = pct,
+            Subject::Quick => cell.quick = pct,
+            Subject::Reference => cell.reference = pct,
+            Subject::TinyUfo => cell.tinyufo = pct,
+            Subject::Ours(seed) => cell.ours[seed as usize] = pct,
+            Subject::Threaded(seed) => cell.threaded[seed as usize] = pct,
         }
     });
     let cells = cells.into_inner().unwrap();
     print_cells(&cells);
     print_families(&cells);
+    timing("suite", cells.len(), suite, started, workers);
+    Ok(())
+}
+
+/// The closing line of a suite's run: how many cells, seeds, seconds and threads.
+pub fn timing(
+    what: &str,
+    cells: usize,
+    suite: &Suite,
+    started: std::time::Instant,
+    workers: usize,
+) {
     println!(
-        "\nsuite: {} cells, {} seeds each, {:.0} s on {workers} worker(s)",
-        cells.len(),
+        "\n{what}: {cells} cells, {} seeds each, {:.0} s on {workers} worker(s)",
         suite.seeds,
         started.elapsed().as_secs_f64()
     );
-    Ok(())
 }
 
 fn print_cells(cells: &[Cell]) {
@@ -406,31 +425,44 @@ fn summary(cells: &[&Cell]) -> String {
         wide.trace,
         100.0 * wide.fraction,
     );
-    let lost = cells
+    let losses: Vec<(f64, &str, f64)> = cells
         .iter()
-        .filter_map(|c| c.loss().map(|l| (l, c)))
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some((l, c)) = lost {
-        let over = cells.iter().filter(|c| c.loss() > Some(0.5)).count();
-        let _ = write!(
-            s,
-            "  threads: most lost {l:+.2} ({} at {:.2}%), {over} over 0.5",
-            c.trace,
-            100.0 * c.fraction
-        );
+        .filter_map(|c| c.loss().map(|l| (l, c.trace.as_str(), c.fraction)))
+        .collect();
+    s + &threads_note(&losses)
+}
+
+/// What a summary says of the cells' losses from one thread to several, each `(loss,
+/// trace, fraction)`: the most lost, and how many lost over half a point; empty on one
+/// thread.
+pub fn threads_note(losses: &[(f64, &str, f64)]) -> String {
+    let Some((l, trace, fraction)) = losses.iter().max_by(|a, b| a.0.total_cmp(&b.0)) else {
+        return String::new();
+    };
+    let over = losses.iter().filter(|(l, ..)| *l > 0.5).count();
+    format!(
+        "  threads: most lost {l:+.2} ({trace} at {:.2}%), {over} over 0.5",
+        100.0 * fraction
+    )
+}
+
+/// Cells grouped by family, families in name order.
+pub fn by_family<'a, C>(
+    cells: &'a [C],
+    family: impl Fn(&'a C) -> &'a str,
+) -> BTreeMap<&'a str, Vec<&'a C>> {
+    let mut families: BTreeMap<&str, Vec<&C>> = BTreeMap::new();
+    for c in cells {
+        families.entry(family(c)).or_default().push(c);
     }
-    s
+    families
 }
 
 fn print_families(cells: &[Cell]) {
     println!(
         "\nsummary (each cell at runcache's worst seed; rule: >= max(moka, quick_cache) - 0.5 and >= LRU - 0.5):"
     );
-    let mut families: BTreeMap<&str, Vec<&Cell>> = BTreeMap::new();
-    for c in cells {
-        families.entry(c.family).or_default().push(c);
-    }
-    for (family, cells) in &families {
+    for (family, cells) in &by_family(cells, |c| c.family) {
         println!("  {family:<26} {}", summary(cells));
     }
     let all: Vec<&Cell> = cells.iter().collect();
@@ -502,6 +534,7 @@ pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
         shares: None,
         only: vec![name.to_string()],
         threads: 1,
+        weighted: false,
     };
     let (_, _, trace) = traces(&one)?
         .into_iter()
@@ -652,6 +685,7 @@ mod tests {
             shares: None,
             only: only.iter().map(|s| s.to_string()).collect(),
             threads: 1,
+            weighted: false,
         };
         assert!(suite(false, &[]).keeps("P3.lis.zst", "disk"));
         assert!(!suite(true, &[]).keeps("P3.lis.zst", "disk"));
