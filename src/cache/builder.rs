@@ -106,6 +106,9 @@ impl<K, V, S> CacheBuilder<K, V, S> {
 
     /// How much each entry counts against the capacity. Default: every entry weighs 1.
     ///
+    /// An entry of weight 0 takes no room and is never evicted to make room: only a
+    /// removal, a replacement, `retain`, `clear` or a capacity of 0 takes it out.
+    ///
     /// The weigher runs once per entry, when the entry is inserted or built, outside any
     /// shared state. If it panics, the panic reaches the caller that triggered it and nothing
     /// is cached (callers waiting on that build take it over).

@@ -65,12 +65,16 @@ impl Sweep {
     }
 }
 
-/// Enlists `node`'s entry in the policy's queues if it holds a cached value and was never
-/// queued (P1); whether it was queued here.
+/// Enlists `node`'s entry in the policy's queues if it holds a cached value of some weight
+/// and was never queued (P1); whether it was queued here. An entry of weight 0 is never
+/// queued (I8).
 fn enlist<K, V>(policy: &S3Fifo<NodeRef<K, V>>, node: &Node<K, V>, guard: &Guard) -> bool {
     match node.view(guard) {
         // The node that holds the value: this one, or its replacement.
-        View::Ready { node, .. } => policy.enlist(node.meta(), || hold(node)),
+        View::Ready { node, .. } if node.acquired_weight() > 0 => {
+            policy.enlist(node.meta(), || hold(node))
+        }
+        View::Ready { .. } => false,
         View::Loading | View::Dead => false,
     }
 }
@@ -200,9 +204,14 @@ where
         enlisted
     }
 
-    /// Hands a node whose value was just published to the policy.
+    /// Hands a node whose value was just published to the policy, unless it weighs 0: such
+    /// an entry frees nothing if evicted, so the policy never sees it and only a removal, a
+    /// replacement, `clear`, `retain` or a capacity of 0 takes it out (I8).
     #[inline]
     pub(super) fn admit(&self, node: &Node<K, V>) {
+        if node.weight() == 0 {
+            return;
+        }
         if let Some(policy) = self.admission(node) {
             self.enqueue(policy, hold(node));
         }
@@ -257,7 +266,7 @@ where
                 }
                 n
             }
-            None => self.remove_while(RemovalCause::Capacity, || self.budget.size() > target),
+            None => self.remove_while(RemovalCause::Capacity, true, || self.budget.size() > target),
         });
     }
 
@@ -272,8 +281,12 @@ where
             let mut ranked = Vec::new();
             for shard in self.shards.iter() {
                 for node in shard.walk(&pin.guard) {
-                    if let View::Ready { node, value } = node.view(&pin.guard) {
-                        ranked.push((rank(node.key(), value), node, &**shard));
+                    match node.view(&pin.guard) {
+                        // Weightless entries free nothing (I8).
+                        View::Ready { node, value } if node.acquired_weight() > 0 => {
+                            ranked.push((rank(node.key(), value), node, &**shard));
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -313,7 +326,7 @@ where
         if self.budget.capacity() == 0 {
             // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
             // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
-            let n = self.remove_while(RemovalCause::Capacity, || true);
+            let n = self.remove_while(RemovalCause::Capacity, false, || true);
             stats.bump_by(Counter::Eviction, n as u64);
         }
     }

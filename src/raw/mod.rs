@@ -8,7 +8,7 @@
 //!
 //! # Invariants
 //!
-//! These are referred to as `I1`..`I7` in every `// SAFETY:` comment; `docs/DESIGN.md` mirrors
+//! These are referred to as `I1`..`I8` in every `// SAFETY:` comment; `docs/DESIGN.md` mirrors
 //! them with the reasoning behind each. The table's own rules, `H1`..`H4`, are in
 //! [`table`].
 //!
@@ -50,6 +50,10 @@
 //!   (its batch of retirements goes to the collector, its handle is finalized), whether that
 //!   thread is alive or not, so the cache's own reference is the collector's last (E4, E5 in
 //!   `epoch`). The live contents are dropped by the cache's own `Drop`, once.
+//! - **I8 (weightless entries).** An entry of weight 0 takes no room, so evicting it frees
+//!   none: the policy never queues it (its admission and the sweep pass it by), and the
+//!   shrinks skip it. Only a removal, a replacement, `clear`, `retain`, a replacement's
+//!   forward or a capacity of 0 (a disabled cache holds nothing) takes it out.
 
 #![allow(unsafe_code)]
 

@@ -44,6 +44,10 @@ where
                         // policy's sweep (P2).
                         if node.meta().is_claimed() {
                             claimed.insert(node as *const Node<K, V> as usize);
+                            if node.acquired_weight() == 0 {
+                                problem =
+                                    Some(format!("shard {i}: a weightless entry is queued (I8)"));
+                            }
                         }
                         if !keys.insert(node.key()) {
                             problem = Some(format!("shard {i}: a key is cached twice"));

@@ -18,13 +18,14 @@ where
 {
     /// Removes every cached entry; returns how many this call removed.
     pub(crate) fn clear(&self) -> usize {
-        self.remove_while(RemovalCause::Cleared, || true)
+        self.remove_while(RemovalCause::Cleared, false, || true)
     }
 
     /// Removes cached entries, in table order, while `more()` says so.
     pub(super) fn remove_while(
         &self,
         cause: RemovalCause,
+        weighed: bool,
         mut more: impl FnMut() -> bool,
     ) -> usize {
         let pin = self.pin();
@@ -33,6 +34,10 @@ where
             for node in shard.walk(&pin.guard) {
                 if !more() {
                     break 'shards;
+                }
+                // A shrink's removals skip what weighs nothing (I8).
+                if weighed && node.weight() == 0 {
+                    continue;
                 }
                 if self
                     .take_if(node, shard, &pin, Take::key(cause), |_| true)
