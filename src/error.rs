@@ -54,7 +54,8 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// An [`insert`](crate::Cache::insert) that was refused because the entry does not fit; the key
+/// An [`insert`](crate::Cache::insert) that was refused because the entry does not fit, or
+/// because the eviction policy turned it away ([`turned_away`](Self::turned_away)); the key
 /// and the value are handed back.
 ///
 /// ```
@@ -84,6 +85,11 @@ pub struct InsertError<K, V> {
     pub weight: u64,
     /// The cache's capacity when the insert was refused.
     pub capacity: u64,
+    /// Whether the eviction policy turned the entry away though it would fit: a newcomer
+    /// heavier than the room the policy keeps for new entries is admitted only if it is
+    /// asked for more often than the entries it would displace, together (see
+    /// [`WhenFull::Evict`](crate::WhenFull::Evict)). `false` when it does not fit at all.
+    pub turned_away: bool,
 }
 
 impl<K, V> InsertError<K, V> {
@@ -104,6 +110,7 @@ impl<K, V> fmt::Debug for InsertError<K, V> {
         f.debug_struct("InsertError")
             .field("weight", &self.weight)
             .field("capacity", &self.capacity)
+            .field("turned_away", &self.turned_away)
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +122,13 @@ impl<K, V> fmt::Display for InsertError<K, V> {
                 f,
                 "entry of weight {} not inserted: the cache is disabled (capacity 0)",
                 self.weight
+            )
+        } else if self.turned_away {
+            write!(
+                f,
+                "entry of weight {} not inserted: the eviction policy turned it away, as the \
+                 entries it would displace from capacity {} are asked for more often",
+                self.weight, self.capacity
             )
         } else {
             write!(

@@ -82,9 +82,11 @@
 //! the others leave; once the main FIFO is full, such an entry takes the place of the main
 //! FIFO's victim only if a frequency sketch says it is used more often. A
 //! one-pass scan or a loop larger than the cache therefore does not flush frequently used
-//! entries. A hit writes the entry's frequency byte only while it can still grow (nothing
-//! shared); entries being built are never evicted; shrinking the capacity evicts in policy
-//! order. An
+//! entries. A newcomer heavier than the small FIFO is judged before it takes any room: it is
+//! cached only if the sketch counts it more often than the entries it would displace,
+//! together, and otherwise handed back uncached. A hit writes the entry's frequency byte only
+//! while it can still grow (nothing shared); entries being built are never evicted, nor
+//! entries of weight 0; shrinking the capacity evicts in policy order. An
 //! [`on_evict`](CacheBuilder::on_evict) listener hears every removal with its
 //! [`RemovalCause`].
 //!

@@ -41,6 +41,17 @@ fn check(model: impl Fn() + Sync + Send + 'static) {
 #[derive(Default)]
 struct Heard([AtomicUsize; 3]);
 
+impl Heard {
+    fn count(&self, cause: RemovalCause) {
+        let i = match cause {
+            RemovalCause::Capacity => 0,
+            RemovalCause::Removed => 1,
+            _ => 2,
+        };
+        self.0[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 fn evicting(capacity: u64, heard: Arc<Heard>) -> Cache<u32, Tracked, Fixed> {
     Cache::<u32, Tracked>::builder()
         .shards(1)
@@ -48,12 +59,7 @@ fn evicting(capacity: u64, heard: Arc<Heard>) -> Cache<u32, Tracked, Fixed> {
         .capacity(capacity)
         .on_evict(move |k, v, cause| {
             assert_eq!(*k, v.key, "the listener got another key's value");
-            let i = match cause {
-                RemovalCause::Capacity => 0,
-                RemovalCause::Removed => 1,
-                _ => 2,
-            };
-            heard.0[i].fetch_add(1, Ordering::Relaxed);
+            heard.count(cause);
         })
         .build()
         .expect("one shard is valid")
@@ -229,5 +235,69 @@ fn a_cold_admission_races_the_first_warm_one_and_its_sweep() {
         c.__validate().expect("exact accounting and queues");
         drop(c);
         assert_eq!(drops.load(Ordering::Relaxed), 2);
+    });
+}
+
+/// A cache of capacity 4 whose values weigh what they say, its policy past its first
+/// eviction with entries 1 and 2 in the main queue and 3 and 4 in the small queue.
+fn with_main_queue(heard: Arc<Heard>) -> Cache<u32, u64, Fixed> {
+    let c = Cache::<u32, u64>::builder()
+        .shards(1)
+        .hasher(Fixed::default())
+        .capacity(4)
+        .weigher(|_, v| *v)
+        .on_evict(move |_, _, cause| heard.count(cause))
+        .build()
+        .expect("one shard is valid");
+    for k in 1..=4 {
+        assert!(c.insert(k, 1).is_ok());
+        assert!(c.get(&k).is_some());
+    }
+    // Room for 5 and 6 makes 1 and 2, hit in the small queue, leave for the main queue.
+    for k in 5..=6 {
+        let _ = c.insert(k, 1);
+    }
+    c
+}
+
+/// (j) A newcomer heavier than the small queue's room is judged at the door (P10) while
+/// another thread removes one of the main queue's victims it may gather. Turned away four
+/// times (each time counted in the sketch), the fifth time it outcounts the two victims if
+/// it finds them both. Whichever thread gets there first, the size never passes the
+/// capacity, every value is cached, removed or evicted exactly once (a victim removed
+/// meanwhile only frees less), and the queues stay exact.
+#[test]
+fn a_heavy_newcomer_at_the_door_races_the_removal_of_its_victim() {
+    check(|| {
+        let heard = Arc::new(Heard::default());
+        let c = Arc::new(with_main_queue(heard.clone()));
+        for _ in 0..4 {
+            assert!(c.insert(10, 2).unwrap_err().turned_away);
+        }
+        let gone = |h: &Heard| h.0.iter().map(|n| n.load(Ordering::Relaxed)).sum::<usize>();
+        let before = gone(&heard) + c.len();
+        let c2 = c.clone();
+        let heavy = thread::spawn(move || {
+            let cached = c2.insert(10, 2).is_ok();
+            let (size, cap) = c2.weighted_size_and_capacity();
+            assert!(size <= cap, "size {size} above capacity {cap}");
+            runcache::__loom_thread_exit();
+            cached
+        });
+        let removed = c.remove(&1).is_some();
+        let cached = heavy.join().unwrap();
+        let (size, cap) = c.weighted_size_and_capacity();
+        assert!(size <= cap, "size {size} above capacity {cap}");
+        assert_eq!(
+            heard.0[1].load(Ordering::Relaxed),
+            usize::from(removed),
+            "a removal is heard once"
+        );
+        assert_eq!(
+            gone(&heard) + c.len(),
+            before + usize::from(cached),
+            "every value is cached or left exactly once"
+        );
+        c.__validate().expect("exact accounting and queues");
     });
 }

@@ -63,6 +63,54 @@ fn follow(events: &Events, model: &mut HashMap<u8, u32>, at: &str) -> Outcome {
     Ok(())
 }
 
+/// A refused insert: it does not fit at all, or the policy's door turned it away.
+fn turned_or_refused<V>(
+    e: &runcache::InsertError<u8, V>,
+    w: u64,
+    capacity: u64,
+    before: &HashMap<u8, u32>,
+    model: &HashMap<u8, u32>,
+    at: &str,
+) -> Result<(), String> {
+    if e.turned_away {
+        return turned_away(e.key, w, capacity, before, model, at);
+    }
+    ensure!(capacity == 0 || w > capacity, "{at}: refused: {e}");
+    Ok(())
+}
+
+/// A newcomer `key` that fits the capacity but was turned away at the policy's door (P10):
+/// only one that needed room is judged there, and it displaced nothing. (A replacement's
+/// room is made in the queues' order, which may evict other entries and then the one it
+/// replaces; the new value then comes to the door as a newcomer, and what its first try
+/// evicted stays evicted.)
+fn turned_away(
+    key: u8,
+    w: u64,
+    capacity: u64,
+    before: &HashMap<u8, u32>,
+    model: &HashMap<u8, u32>,
+    at: &str,
+) -> Result<(), String> {
+    if before.contains_key(&key) {
+        ensure!(
+            !model.contains_key(&key) && model.keys().all(|k| before.contains_key(k)),
+            "{at}: a replacement turned away: {model:?}, before {before:?}"
+        );
+        return Ok(());
+    }
+    ensure!(
+        size(before) + w > capacity,
+        "{at}: turned away though it fit in the free room"
+    );
+    ensure_eq!(
+        model,
+        before,
+        "{at}: a newcomer turned away displaced something"
+    );
+    Ok(())
+}
+
 /// Runs `input` (at most 512 operations) against an evicting cache and the model.
 pub fn run(input: Input) -> Outcome {
     let mut capacity = u64::from(input.capacity % 48);
@@ -98,7 +146,7 @@ pub fn run(input: Input) -> Outcome {
                         model.insert(key, v);
                     }
                     Err(e) => {
-                        ensure!(capacity == 0 || w > capacity, "{at}: refused: {e}");
+                        turned_or_refused(&e, w, capacity, &before, &model, &at)?;
                         ensure_eq!(e.into_inner(), (key, v), "{at}: handed back");
                     }
                 }
@@ -114,7 +162,7 @@ pub fn run(input: Input) -> Outcome {
                         model.insert(key, v);
                     }
                     Err(e) => {
-                        ensure!(capacity == 0 || w > capacity, "{at}: refused: {e}");
+                        turned_or_refused(&e, w, capacity, &before, &model, &at)?;
                         ensure_eq!(e.into_inner(), (key, v), "{at}: handed back");
                     }
                 }
@@ -147,14 +195,20 @@ pub fn run(input: Input) -> Outcome {
                     Some(cur) => ensure_eq!((f.source, *f.value), (Source::Hit, *cur), "{at}"),
                     None => {
                         ensure_eq!(*f.value, v, "{at}: built value");
-                        let fits = capacity > 0 && weight(v) <= capacity;
-                        let expected = if fits {
-                            Source::Cached
+                        let w = weight(v);
+                        let fits = capacity > 0 && w <= capacity;
+                        if fits && f.source == Source::Uncached {
+                            // The policy's door turned it away (P10).
+                            turned_away(key, w, capacity, &before, &model, &at)?;
                         } else {
-                            Source::Uncached
-                        };
-                        ensure_eq!(f.source, expected, "{at}");
-                        if fits {
+                            let expected = if fits {
+                                Source::Cached
+                            } else {
+                                Source::Uncached
+                            };
+                            ensure_eq!(f.source, expected, "{at}");
+                        }
+                        if f.source == Source::Cached {
                             model.insert(key, v);
                         }
                     }

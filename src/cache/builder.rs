@@ -32,7 +32,9 @@ pub enum WhenFull {
     /// Evict entries chosen by the scan-resistant policy (S3-FIFO with TinyLFU's admission
     /// duel, see the crate docs) until the new one fits (the
     /// default). An entry heavier than the whole capacity is still refused: it never flushes
-    /// the cache.
+    /// the cache. A newcomer heavier than the room the policy keeps for new entries is
+    /// cached only if the sketch counts it more often than the entries it would displace,
+    /// together; otherwise it is handed back uncached and displaces nothing.
     ///
     /// The policy's frequency sketch and ghost are allocated just before the cache's first
     /// eviction, so a cache that never fills allocates neither: 30 to 46 bytes per entry
@@ -107,7 +109,11 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// How much each entry counts against the capacity. Default: every entry weighs 1.
     ///
     /// An entry of weight 0 takes no room and is never evicted to make room: only a
-    /// removal, a replacement, `retain`, `clear` or a capacity of 0 takes it out.
+    /// removal, a replacement, `retain`, `clear` or a capacity of 0 takes it out. An
+    /// evicting cache judges a newcomer much heavier than most (heavier than the room its
+    /// policy keeps for new entries) before it takes any room, and hands it back uncached
+    /// unless it is asked for more often than the entries it would displace together (see
+    /// [`InsertError::turned_away`](crate::InsertError::turned_away)).
     ///
     /// The weigher runs once per entry, when the entry is inserted or built, outside any
     /// shared state. If it panics, the panic reaches the caller that triggered it and nothing

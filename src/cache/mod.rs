@@ -770,5 +770,6 @@ fn refused<K, V>(r: crate::raw::Refused<K, V>) -> InsertError<K, V> {
         value: r.value,
         weight: r.weight,
         capacity: r.capacity,
+        turned_away: r.turned,
     }
 }

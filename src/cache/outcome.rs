@@ -45,7 +45,8 @@ pub enum Source {
     Shared,
     /// This caller built it and it is now cached.
     Cached,
-    /// This caller built it but it did not fit (or the cache is disabled): it is not cached.
+    /// This caller built it but it is not cached: it did not fit, the eviction policy turned
+    /// it away (see [`WhenFull::Evict`](crate::WhenFull::Evict)), or the cache is disabled.
     Uncached,
 }
 
@@ -93,7 +94,8 @@ pub struct Stats {
     /// panicked, or failed with an error of another type): then its own next try counts
     /// too, as a hit or a miss.
     pub waits: u64,
-    /// Values that were built or inserted but did not fit, so were not cached.
+    /// Values that were built or inserted but not cached: they did not fit, or the eviction
+    /// policy turned them away (see [`WhenFull::Evict`](crate::WhenFull::Evict)).
     pub rejections: u64,
     /// Entries evicted to make room for new ones, or removed to honour a smaller capacity.
     pub evictions: u64,

@@ -12,10 +12,7 @@
 //! phase (a scan, a burst of misses, a quiet spell) moves both and cancels in the ratio. The
 //! share rests where the small queue's part of the hits equals its part of the capacity. The
 //! share stays within [`MIN_SHARE`, `MAX_SHARE`]. Caffeine keeps its hit-rate climber below
-//! 4,096 entries, where its periods are a few thousand accesses; here every period has at
-//! least [`MIN_SAMPLE`] accesses, and on the training suite's 69 caches under 4,096 entries
-//! the density steering did better than the hit-rate climber on 27 and worse on 2 (by more
-//! than 0.05 points; +0.15 on average, `docs/DESIGN.md`).
+//! 4,096 entries; here the density steers every size (`docs/DESIGN.md` compares them).
 //!
 //! Between the closes, the share also follows the ghost's *near returns* (**P9**,
 //! `near.rs`): batches of misses on hashes that a little more room in their queue would
@@ -40,28 +37,19 @@ use super::near::{Left, NearReturns};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A near return's move of the share, in entries' worth of the capacity (at least one unit
-/// of the share). Training suite, as for `near.rs`'s reach and one return at a time: half
-/// an entry gained 12.8 points summed, one entry 10.9, two entries 10.1, a quarter 10.4
-/// (`docs/EXPERIMENTS.md`).
+/// of the share): larger steps wander, smaller ones lag (`docs/EXPERIMENTS.md`).
 const NUDGE: f64 = 0.5;
 
 /// The share's unit: a share of `ONE` is the whole capacity.
 const ONE: u32 = 1 << 16;
-/// The share the climber starts from: 10% of the capacity, S3-FIFO's own split. On the
-/// workload matrix (`trace --matrix`, one thread, under the hit-rate climber this steering
-/// replaced) it held 51 of 56 rows within half a point of the best peer, against 49 starting
-/// at 1% (Caffeine's start), which cost OLTP 0.6 to 2.8 points while it climbed towards the
-/// 30% that OLTP wants, and 50 starting at 5%. On the training suite, a fixed 10% is the
-/// best single share (`docs/DESIGN.md`), and traces shorter than a period keep it.
+/// The share the climber starts from: 10% of the capacity, S3-FIFO's own split and the
+/// training suite's best single share (`docs/DESIGN.md`); traces shorter than a period
+/// keep it.
 const INITIAL_SHARE: u32 = ONE / 10;
 /// The least share of the small queue: 1% of the capacity (and at least one entry).
 pub(super) const MIN_SHARE: u32 = ONE / 100;
-/// The greatest share of the small queue: 80% of the capacity. The density steering takes
-/// the share there only where the small queue keeps earning more per entry than the main
-/// queue: on the training suite, orm-busy at 1% of its keys (a recency trace that LRU leads)
-/// sat at the 40% ceiling the bold-driver climber needed (it wandered from 1% to 80% over
-/// eight hasher seeds there), and it gains 0.67 points at 80% (75.30% to 75.97% at its worst
-/// seed, spread 0.11), with no other cell of the suite moving by a tenth of a point.
+/// The greatest share of the small queue: 80% of the capacity, reached only where the small
+/// queue keeps earning more per entry than the main queue (a recency trace that LRU leads).
 pub(super) const MAX_SHARE: u32 = ONE / 5 * 4;
 /// The share's move per period, as a fraction of the capacity per unit of the densities'
 /// log ratio (Caffeine's 0.03).
@@ -74,9 +62,7 @@ const PRIOR_HITS: f64 = 1.0;
 /// A fall of the hit rate between two periods that opens the watch for a moved hot set.
 const MOVED_FALL: f64 = 0.05;
 /// The least window, in entries (a quarter of a smaller cache): with several threads, the
-/// entries on their way into a one-entry small queue made it look over its share, and a
-/// 47-entry cache on Zipf 1.2 lost 3.2 points from one thread to four (63.7 → 60.5); four
-/// entries' worth held the loss to 0.3 and cost one thread nothing beyond the noise.
+/// entries on their way into a one-entry small queue made it look over its share.
 const FLOOR_ENTRIES: u64 = 4;
 /// `Climber::start` before the first period begins.
 const NOT_BEGUN: u64 = u64::MAX;
@@ -84,9 +70,7 @@ const NOT_BEGUN: u64 = u64::MAX;
 pub(super) const MIN_SAMPLE: u64 = 65536;
 /// The periods after a fall of the hit rate (by [`MOVED_FALL`] or more) in which an idle main
 /// queue turns aging on (**P5**). The period of the fall itself rarely shows the main queue
-/// idle (the hot set moves somewhere inside it); on a replay of the matrix's moving hot set
-/// at 10% of its keys, a watch of two periods gained 1.4 points of hits where four gained
-/// 2.5 (one run each).
+/// idle (the hot set moves somewhere inside it).
 const MOVED_WATCH: u32 = 4;
 /// The fewest visits of main-queue entries in a period for its idle share to count.
 const MIN_VISITS: u64 = 64;

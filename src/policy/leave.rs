@@ -5,9 +5,7 @@
 #![forbid(unsafe_code)]
 
 use super::near::Left;
-use super::{
-    push, sketch, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS, PROMOTE_HITS,
-};
+use super::{push, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS, PROMOTE_HITS};
 use crate::sync::Ordering;
 
 /// The least sketch estimate at which a small-queue leaver never hit there (and not
@@ -16,9 +14,7 @@ use crate::sync::Ordering;
 pub(super) const KNOWN_ESTIMATE: u64 = 4;
 /// What such a leaver must be estimated at beyond its victims' estimates to win the duel:
 /// its estimate is its misses alone, the victims' include hits, so it wins only when it
-/// is clearly the more frequent. Training suite (five seeds, each cell at its worst): with
-/// thresholds of 3 to 6 and margins of 2 or 3, the mean margin to the best peer moves from
-/// +0.41 to +0.43–0.44 and the widest spread over seeds from 1.17 to 0.56–0.79 points.
+/// is clearly the more frequent (`docs/DESIGN.md`, "Eviction", has the thresholds tried).
 pub(super) const KNOWN_MARGIN: u64 = 2;
 
 impl<T: Queued> S3Fifo<T> {
@@ -27,25 +23,18 @@ impl<T: Queued> S3Fifo<T> {
     /// without displacing anything.
     ///
     /// - The S3-FIFO rule: an entry that was not hit (and that the ghost did not remember) is
-    ///   evicted unless the main queue has room and the sketch has seen it before this miss.
-    ///   With the main queue full it duels only if the sketch counts it at
-    ///   [`KNOWN_ESTIMATE`] or more, and it must then beat the victims by [`KNOWN_MARGIN`]:
-    ///   on traces that are mostly single accesses, duels of such entries at the sketch's
-    ///   bare estimates (where collisions and halving make one access look like another)
-    ///   kept replacing the main queue's proven entries with newcomers, while a key the
-    ///   sketch knows well that comes back at a distance longer than the small queue (a
-    ///   zigzag, a loop of varying frequencies) is lost each time (see `docs/DESIGN.md`).
-    /// - While the main queue has room under `main_capacity`, any other leaver moves there;
-    ///   but while room made by evictions without a duel is owed (**P7**), one not promoted
-    ///   by its hits (below) takes the room only by beating the main queue's victim.
-    /// - An entry hit at least `PROMOTE_HITS` times in the small queue moves to the main
-    ///   queue whatever it holds (recency: it proved itself within one window), and so does
-    ///   one the ghost remembered and that was hit in the small queue: it came back after
-    ///   its eviction and again within the window, three accesses in a few capacities'
-    ///   worth of evictions.
-    /// - Otherwise the TinyLFU duel: the leaver takes the main queue's victim's place only if
-    ///   the sketch estimates it more frequent; a tie keeps the incumbent, which stays at the
-    ///   head of the main queue for the next duel.
+    ///   evicted unless the main queue has room and the sketch has seen it before this miss;
+    ///   with the main queue full it duels only if the sketch knows it well
+    ///   ([`KNOWN_ESTIMATE`]), and must win by [`KNOWN_MARGIN`]: a key that comes back at a
+    ///   distance longer than the small queue is not lost at each pass, and one-hit wonders
+    ///   at the sketch's bare estimates do not displace proven entries.
+    /// - Any other leaver fills the main queue's room under `main_capacity`, unless room made
+    ///   by evictions without a duel is owed (**P7**): then it must beat the victim for it.
+    /// - One hit `PROMOTE_HITS` times in the small queue, or remembered by the ghost and hit
+    ///   there, moves to the main queue whatever it holds: it proved itself within a window.
+    /// - Otherwise the duel: the leaver takes its victims' places only if the sketch counts it
+    ///   more often than them all (`door.rs`); a tie keeps the incumbents at the main queue's
+    ///   head for the next duel.
     pub(super) fn leave_small(
         &self,
         c: T,
@@ -91,26 +80,15 @@ impl<T: Queued> S3Fifo<T> {
             return None;
         }
         // The duel, sized: a leaver heavier than the main queue's victim faces as many
-        // victims as it would displace (up to `DUEL_VICTIMS`), and must be estimated more
-        // frequent than all of them together, as moka's admission weighs a candidate against
-        // its victims. Entries of one weight meet one victim each, as TinyLFU's duel does.
-        let mut victims: [Option<T>; DUEL_VICTIMS] = Default::default();
-        let (mut n, mut freed, mut against) = (0, 0u64, 0u64);
-        while freed < c.weight() && n < DUEL_VICTIMS {
-            let Some(v) = self.main_victim(limit) else {
-                break;
-            };
-            freed = freed.saturating_add(v.weight());
-            against = against.saturating_add(limit.estimate(v.hash()));
-            victims[n] = Some(v);
-            n += 1;
-        }
-        let Some(first) = victims[0].take() else {
+        // victims as it would displace (up to `DUEL_VICTIMS`) and must outcount them all
+        // (`door.rs`); entries of one weight meet one victim each, as TinyLFU's duel does.
+        let victims = self.gather::<DUEL_VICTIMS>(c.weight(), u64::MAX, limit);
+        if victims.len() == 0 {
             return Some(self.evict_small(c, limit, left));
-        };
+        }
         // Incumbents all at the counters' ceiling cannot be outweighed: the sketch may halve
         // early (`Sketch::at_ceiling`).
-        if against >= sketch::MAX * n as u64 {
+        if victims.all_at_ceiling() {
             limit.at_ceiling();
         }
         // The victims' weights never left the main queue's total. Back at its head, the
@@ -121,24 +99,21 @@ impl<T: Queued> S3Fifo<T> {
         // wins on the miss that brought it back; the win stands only while such wins earn
         // their places (**P8**, `narrow.rs`).
         let estimate = limit.estimate(c.hash());
-        let by_one = margin == 0 && hits == 0 && estimate == against.saturating_add(1);
-        if estimate > against.saturating_add(margin) && (!by_one || self.narrow.stands()) {
-            victims
-                .iter_mut()
-                .filter_map(Option::take)
-                .for_each(|v| self.front.push(v));
-            if by_one {
-                c.meta().mark_won_by_one();
-            }
-            Some(self.swap_into_main(c, first, by_one, limit))
-        } else {
-            self.front.push(first);
-            victims
-                .iter_mut()
-                .filter_map(Option::take)
-                .for_each(|v| self.front.push(v));
-            Some(self.evict_small(c, limit, left))
+        let by_one = margin == 0 && hits == 0 && estimate == victims.against.saturating_add(1);
+        let wins = victims.outcounted_by(estimate, margin) && (!by_one || self.narrow.stands());
+        if !wins {
+            victims.restore(self);
+            return Some(self.evict_small(c, limit, left));
         }
+        let Some((first, others)) = victims.split_first() else {
+            return Some(self.evict_small(c, limit, left));
+        };
+        // Back at the main queue's head, its other victims are evicted next.
+        others.for_each(|v| self.front.push(v));
+        if by_one {
+            c.meta().mark_won_by_one();
+        }
+        Some(self.swap_into_main(c, first, by_one, limit))
     }
 
     /// The main queue's room for a leaver while some of it is owed (**P7**): the room was
@@ -172,11 +147,9 @@ impl<T: Queued> S3Fifo<T> {
 
     /// Swaps a duel's winner into the main queue's tail for its victim `first`, which it
     /// returns to evict, remembered in the ghost (as displaced if the winner won `by_one`,
-    /// **P8**). The main queue's total moves by the difference of their weights
-    /// only: moved in whole before the victim's weight came off, it read over the queue's
-    /// share for an instant, and a concurrent evictor that read it then took a main entry
-    /// without a duel (zigzag at 10% of its keys lost 1.56 points from one thread to four
-    /// that way, 0.86 without).
+    /// **P8**). The main queue's total moves by the difference of their weights only: moved
+    /// in whole before the victim's weight came off, it read over the queue's share for an
+    /// instant, and a concurrent evictor that read it then took a main entry without a duel.
     fn swap_into_main(&self, c: T, first: T, by_one: bool, limit: &PassLimit<'_, T>) -> T {
         // The victim leaves the main queue: its clock moves, and dates it in the ghost (P9).
         let left = self.climber.depart(true);

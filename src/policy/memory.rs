@@ -10,11 +10,8 @@ use std::cell::Cell;
 
 /// Ghost slots per expected entry. The ghost remembers about that many capacities' worth of
 /// recent evictions: a remembered newcomer starts at frequency 1 and may duel for the main
-/// queue. Against one slot per entry rounded up to a power of two (the sizing before), one
-/// thread (`docs/DESIGN.md`): P3 gains 0.1 to 0.8 points from 0.25% of its keys up, OLTP 0.1
-/// to 0.2; P3 at 0.1% stays at LRU's level (0.93, LRU 0.94; above it since the sketch's
-/// longer period for small caches, see `sketch.rs`), where longer ghosts lose (eight slots:
-/// 0.87).
+/// queue. More slots than one per entry gain on P3 and OLTP; far more lose on P3's smallest
+/// caches (`docs/DESIGN.md`).
 const GHOST_PER_ENTRY: usize = 3;
 
 /// What the ghost keeps of an evicted hash to know it again: 16 of the 32 bits that its

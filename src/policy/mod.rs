@@ -1,81 +1,35 @@
 //! Eviction: S3-FIFO over lock-free queues, with TinyLFU's admission duel.
 //!
-//! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO for
-//! entries that proved themselves, and a ghost record of evicted hashes. The small queue's
-//! share of the capacity adapts to the workload: it moves between 1% and 80%, starting at
-//! 10%, towards the queue that earns more hits for its room (`climb.rs`, **P3**), as
-//! Caffeine's density climber sizes its window, and between its periods towards the queue
-//! whose evicted hashes come back soonest, which more room would have kept (**P9**).
+//! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO (CLOCK:
+//! an entry hit since its last visit gets another round) for entries that proved
+//! themselves, and a ghost of evicted hashes; a remembered newcomer starts at frequency 1.
 //! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
-//! is full, whether a newcomer deserves the place of the main queue's victim.
+//! is full, whether a small-queue leaver deserves the place of the victims it would
+//! displace. A hit writes the entry's own frequency byte, and only while it can still grow;
+//! the policy reads it off the hot path.
 //!
-//! - A new entry joins the small queue; one whose hash the ghost remembers starts at
-//!   frequency 1, as if it had been hit once.
-//! - A hit raises the entry's 2-bit frequency and its 4-bit hit count, writing only while one
-//!   of them is below its maximum. Nothing shared is written on a hit: the hit count reaches
-//!   the sketch when the policy next looks at the entry, off the hot path.
-//! - An entry leaving the small queue at frequency zero (never hit there, not remembered by
-//!   the ghost) is evicted (S3-FIFO), unless the main queue has room and the sketch has seen
-//!   the key before this miss: then it fills the room (a loop larger than the cache keeps a
-//!   part of itself instead of nothing), or the main queue is full and the sketch knows the
-//!   key well: then it duels, and must beat the victim by a margin (a key that comes back
-//!   at a distance longer than the small queue is not lost at each pass). Any other leaver
-//!   moves to the main queue while it has room. With the main queue full, an entry hit
-//!   twice in the small queue still moves there; any other one must win a *duel*: it
-//!   replaces the main queue's victim only if the sketch estimates it more frequent, and a
-//!   tie keeps the incumbent, which keeps the head of the main queue (the `front` queue)
-//!   for the next duel.
-//! - A leaver the ghost sent back, never hit in the small queue, that would win its duel by
-//!   exactly one wins on the miss that brought it back; such wins stand only while the
-//!   winners hit in the main queue before their victims came back number at least half the
-//!   victims that came back first (**P8**, `narrow.rs`). On a zigzag, where every key has
-//!   one frequency, they chained into churn that the hasher's seed started or not.
-//! - The main queue's victim is the first entry at frequency zero; entries above zero get
-//!   another round at frequency − 1 (CLOCK).
-//! - The sketch halves every counter at the end of its period, and earlier once duels keep
-//!   meeting incumbents at its 4-bit ceiling (`Sketch::at_ceiling`): a duel no newcomer can
-//!   win ranks nothing, and the keys of a phase that is over would hold the main queue on
-//!   counts the period has not yet halved.
-//! - When the hot set moves, the main queue's idle entries age: after the hit rate fell by
-//!   5 points, a sampling period in which at least half the main queue's entries were found
-//!   idle (no hit since the policy last looked at them) turns aging on for the next period,
-//!   and an entry visited in its queue's turn without a hit then loses half its counts in
-//!   the sketch (**P5**, `climb.rs`). An old hot set therefore stops winning duels on the
-//!   counts of a past it no longer has, instead of holding the main queue until the
-//!   sketch's halvings of every counter wear them down. A scan makes the rate fall too, but
-//!   the main queue keeps its hits through it, so a scan ages nothing.
-//! - A cache that has never been half full queues nothing: its admissions are recorded in
-//!   the entries' meta only, and the engine enlists those entries, sweeping its tables, once
-//!   the cache is first half full (P2).
-//! - The sketch and the ghost are allocated just before the first eviction, sized for the
-//!   entries the capacity holds at the mean weight of the entries cached then (P4).
+//! The files, each with the rules it owns:
+//! - this one: the queues, the order they give up victims in, admission and the cold start
+//!   (P1, P2, P6);
+//! - `leave.rs`: where a small-queue leaver goes (the main queue's room, a duel, or out),
+//!   and the room owed after evictions without a duel (P7);
+//! - `door.rs`: the aggregated duel, and the door that judges a newcomer heavier than the
+//!   small queue before it takes any room (P10);
+//! - `narrow.rs`: the check on duels won by one (P8);
+//! - `climb.rs`: the small queue's adaptive share (P3) and the aging of an old hot set (P5);
+//! - `near.rs`: the queues' clocks and the ghost's near returns, which move the share
+//!   between periods (P9);
+//! - `memory.rs`, `sketch.rs`: the ghost and the count-min sketch, sized at the first
+//!   eviction (P4), and an eviction pass's view of them;
+//! - `meta.rs`: the entry's own state (its frequency byte, its claim, its cold stage);
+//! - `upkeep.rs`: the compaction of removed entries and the bookkeeping check.
 //!
-//! - With several threads, the entries of other threads can be on their way into the small
-//!   queue (reserved, not yet queued) while an evictor finds it empty; the evictor then takes
-//!   the main queue's victim without a duel. The weight so taken is *owed* (**P7**): until it
-//!   has come back, a leaver that would fill the main queue's room must beat the main
-//!   queue's victim for it, as a duel would, instead of walking in. Otherwise each such
-//!   eviction trades a proven main entry for the next leaver, and a 12-entry cache on four
-//!   threads kept a third of what it hit on one.
-//!
-//! One-hit wonders (scans) therefore leave through the small queue without disturbing the
-//! main one, and loops larger than the cache cannot wash out its frequent entries. The queues
-//! are `crossbeam_queue::SegQueue`s (lock-free, MPMC; a loom-visible model of one under loom,
-//! see `crate::sync::Queue`) of `Arc`s of the table's nodes, so a
-//! popped node is always valid; entries are queued only once their value is published, so an
-//! entry being built is never evicted. Removal from the table does not touch the queues: dead
-//! entries are skipped when popped, and compacted away, a step per admission, when they
-//! outnumber the live ones.
-//! `docs/DESIGN.md` has the measurements behind each rule.
-//!
-//! The files: this one holds the queues and the order they give up victims in; `leave.rs`
-//! where a small-queue leaver goes (the main queue's room, the duel, or out); `narrow.rs`
-//! the check on duels won by one (**P8**); `meta.rs` the
-//! entry's own state (its frequency byte, its claim and its cold stage); `memory.rs` the
-//! sketch and the ghost, and an eviction pass's view of them; `sketch.rs` the count-min
-//! sketch; `climb.rs` the small queue's adaptive share and the aging watch; `near.rs` the
-//! queues' clocks and the ghost's near returns that move the share between periods; `upkeep.rs` the
-//! compaction of removed entries and the bookkeeping check.
+//! The queues are `crossbeam_queue::SegQueue`s (a loom-visible model under loom, see
+//! `crate::sync::Queue`) of counts of the table's nodes, so a popped node is always valid;
+//! an entry is queued only once its value is published, so one being built is never
+//! evicted, and one of weight 0 never (I8). Removal from the table does not touch the
+//! queues: dead entries are skipped when popped and compacted away when they outnumber the
+//! live ones. `docs/DESIGN.md` describes each rule with the measurements behind it.
 //!
 //! # Invariants of the queues
 //!
@@ -106,9 +60,8 @@
 //!   it. Until they are published the policy runs without them: an admission is marked
 //!   `UNRECORDED` (its first visit records it, as for a cold one), the ghost remembers
 //!   nothing, and a duel's newcomer estimates 0, so the incumbent stays. Sized by what the
-//!   cache holds, not by a guess, a weighted cache's sketch fits its entries (a guess of 512
-//!   entries for 32,768 cost 4 points of hits, `tests/policy.rs`), and a cache that never
-//!   fills allocates neither.
+//!   cache holds, not by a guess, a weighted cache's sketch fits its entries, and a cache
+//!   that never fills allocates neither.
 //! - **P5 (aging).** Aging is a hint, like the share: the evictor that closes a sampling
 //!   period writes it (P3), and every pass reads it once. A pass counts its visits of
 //!   main-queue entries in its own cells and adds them to the period's count once, when it
@@ -122,8 +75,7 @@
 //!   ([`STAGES`] stages of the half), and the sweep's entries wait in one staging queue per
 //!   stage; the small queue's evictions take them, lowest stage first, before its own
 //!   entries (all admitted later). So the cold entries leave in the order they came, to a
-//!   stage's width: on the suite's small LIRS traces, where that order decided the most,
-//!   the widest spread of a cell's hit ratio over five seeds fell from 1.55 to 0.7 points.
+//!   stage's width, whatever order the seed gave the sweep.
 //!   Staged entries count in the small queue's weight; the staging queues are allocated by
 //!   the sweep's first enlistment ([`SetOnce`]), and an enlister that finds them not yet
 //!   published queues its entry in the small queue, which only orders it less well.
@@ -148,10 +100,18 @@
 //!   wrong batch or in none; a batch moves the share by a bounded step. Nudges and a period's
 //!   close move the share by read-modify-writes clamped to its bounds, so none is lost to
 //!   another and no value leaves the share's bounds (`near.rs`, `climb.rs`).
+//! - **P10 (the door).** A newcomer heavier than the small queue's room is judged before
+//!   its reservation takes anything (`door.rs`): the main queue's victims it gathers are
+//!   popped like a duel's, and either all go back to the main queue's head in their order
+//!   (it lost, or the queue was too short to judge by) or all leave the main queue's total
+//!   and pass to the caller to evict (it won, and joins the main queue at its admission).
+//!   So a newcomer turned away displaced nothing, and a victim another thread removed
+//!   meanwhile only frees less. The window it is judged by is a hint, like the share (P3).
 
 #![forbid(unsafe_code)]
 
 mod climb;
+mod door;
 mod leave;
 mod memory;
 mod meta;
@@ -162,6 +122,7 @@ mod upkeep;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Queue, SetOnce};
 use climb::Climber;
+pub(crate) use door::{may_be_heavy, Door};
 use memory::{Memory, PassLimit, Recall, MAX_ENTRIES};
 pub(crate) use meta::{tick, EntryMeta, Queued};
 use meta::{ADMITS, EVICTS, UNRECORDED};
@@ -276,21 +237,12 @@ impl<T: Queued> S3Fifo<T> {
     /// half full.
     ///
     /// A cache under half full evicts nothing soon, so its admissions skip the sketch and
-    /// the ghost (up to five cache misses in tables sized for the whole capacity): the entry
-    /// is marked [`UNRECORDED`], and the policy's first visit, if the cache ever fills that
-    /// far, records the admission in the sketch with the entry's hits. Before the first
-    /// eviction the ghost is empty anyway. Recording nothing instead, as Caffeine's sketch
-    /// does before half full, cost P3 at 5% about 0.3 points (`docs/DESIGN.md`).
-    ///
-    /// Nor are such entries queued, until the first admission of a warm cache turns
-    /// [`queueing`](Self::queueing) on for good (**P2**): a cache that never fills half its
-    /// capacity pays nothing for an eviction order it never uses (no push, no count of the
-    /// node, no compaction of removed entries). The engine enlists the entries admitted
-    /// before (see [`enlist`](Self::enlist)).
-    ///
-    /// Before the first eviction there is no sketch or ghost yet (**P4**): a warm admission
-    /// then marks the entry `UNRECORDED` as a cold one, and the ghost has nothing to
-    /// remember anyway.
+    /// the ghost (up to five cache misses): the entry is marked [`UNRECORDED`], and the
+    /// policy's first visit records the admission in the sketch with the entry's hits, as
+    /// it does before the sketch exists (**P4**). Nor are such entries queued until the first
+    /// admission of a warm cache turns [`queueing`](Self::queueing) on for good (**P2**):
+    /// a cache that never fills half its capacity pays nothing for an eviction order it
+    /// never uses. The engine enlists the entries admitted before ([`enlist`](Self::enlist)).
     pub(crate) fn admit(&self, meta: &EntryMeta, hash: u64, warm: bool) -> bool {
         let meta_bits = match self.memory.get() {
             Some(m) if warm => {
@@ -338,7 +290,20 @@ impl<T: Queued> S3Fifo<T> {
 
     /// [`admit`](Self::admit)s an entry whose admission found `size` of `capacity` taken:
     /// warm at half full or more; a cold admission records its stage (**P6**).
-    pub(crate) fn admit_at(&self, meta: &EntryMeta, hash: u64, size: u64, capacity: u64) -> bool {
+    pub(crate) fn admit_at(
+        &self,
+        meta: &EntryMeta,
+        hash: u64,
+        size: u64,
+        capacity: u64,
+        judged: bool,
+    ) -> bool {
+        if judged {
+            // The door recorded its miss and made its room in the main queue (P10).
+            // Relaxed: see `touch`.
+            meta.freq.store(0, Ordering::Relaxed);
+            return meta.claim();
+        }
         let warm = size >= capacity / 2;
         if !warm {
             meta.set_stage(stage(size, capacity));
@@ -360,8 +325,12 @@ impl<T: Queued> S3Fifo<T> {
 
     /// Queues an entry that [`admit`](Self::admit) said joins the queues, and takes a step of
     /// the compaction of removed entries when one is due.
-    pub(crate) fn enqueue(&self, entry: T, live: impl FnOnce() -> usize) {
-        push(&self.small, &self.small_weight, entry);
+    pub(crate) fn enqueue(&self, entry: T, judged: bool, live: impl FnOnce() -> usize) {
+        if judged {
+            push(&self.main, &self.main_weight, entry);
+        } else {
+            push(&self.small, &self.small_weight, entry);
+        }
         // A compaction round under way takes a step at every admission; otherwise the check
         // for one runs once every 64 of this thread's admissions.
         if self.compacting() {
@@ -474,7 +443,7 @@ impl<T: Queued> S3Fifo<T> {
     /// it ([`evict_main`](Self::evict_main)) or puts it back at the head. Entries passing
     /// through for another round keep counting too. Otherwise a concurrent evictor would see
     /// the main queue short of what it holds, find "room" that is not there, and let
-    /// newcomers in without their duel (which cost P3 up to 3.7 points on 2 threads).
+    /// newcomers in without their duel.
     fn main_victim(&self, limit: &PassLimit<'_, T>) -> Option<T> {
         let mut steps = 0;
         while limit.allows(steps) {
@@ -531,8 +500,7 @@ impl<T: Queued> S3Fifo<T> {
             // "is the small queue over its share?" instead is the same question while the
             // queues hold the whole budget, but not while other threads' reservations are on
             // their way to the small queue: then the small queue looks light and the main
-            // queue loses entries without a duel, which cost P3 at 2.5% 3 points on 2
-            // threads.) Relaxed: a queue-size hint.
+            // queue loses entries without a duel.) Relaxed: a queue-size hint.
             let main_over =
                 self.main_weight.load(Ordering::Relaxed) > capacity.saturating_sub(window);
             if !main_over || (self.main.is_empty() && self.front.is_empty()) {

@@ -5,13 +5,12 @@
 //! it back, while the main queue's victim may not have had its access of the round yet. Where
 //! the sketch ranks keys by real differences of frequency (a database, a disk, a
 //! recommendation service), the leaver is the more frequent by that one access and earns
-//! its place: a margin of one for every such leaver cost those traces 6.2 points summed over
-//! the training suite (`docs/EXPERIMENTS.md`). Where every key has one frequency (a zigzag, a
+//! its place (a margin of one for every such leaver cost those traces, `docs/EXPERIMENTS.md`).
+//! Where every key has one frequency (a zigzag, a
 //! loop larger than the cache), the one access is all it has: its victim goes to the ghost,
 //! comes back within its memory, wins by one in turn, and the main queue churns through
 //! entries evicted before their next access. Which key the sketch's collisions happen to
-//! favour decides whether that chain starts, so the hasher's seed alone moved zigzag at 10% of
-//! its keys by 3 points.
+//! favour decides whether that chain starts, so the hasher's seed alone moved the zigzag.
 //!
 //! Which of the two comes first after a narrow win tells them apart: the winner's hit in
 //! the main queue, or its victim's return. The winner is marked, and the victim is
@@ -19,10 +18,8 @@
 //! first visit in the main queue after a hit proves the win if the victim's mark is still
 //! there; the victim's return while the mark is there says the win cost a miss first.
 //! Whichever comes first takes the mark off, so each win counts once, or not at all (neither
-//! happened, or the ghost slot or the link went to another hash). Counted by hit and return
-//! times in replays of the training suite (one seed), the zigzag's narrow wins had their
-//! victims back first in over 98% of cases; OLTP's winners were hit first in 41% to 67%,
-//! scarab-recs' in about 75%, P3's in 41% to 60%.
+//! happened, or the ghost slot or the link went to another hash). `docs/DESIGN.md` has how
+//! often each came first on the training suite.
 //!
 //! A trust score adds [`PROVED`] for each proof and takes [`RETURNED`] off for each return,
 //! within ±[`BOUND`], and is halved at the close of each of the climber's sampling periods
@@ -45,18 +42,16 @@ use crate::sync::{AtomicI32, Ordering};
 use std::cell::Cell;
 
 /// What a narrow winner's proof adds to the trust score: narrow wins are trusted while
-/// their winners come first at least half as often as their victims. (Worth four, P3 at 10%
-/// of its keys, whose score hovers around zero, spread 1.08 points over five seeds on the
-/// training suite, against 0.47; `docs/EXPERIMENTS.md`.)
+/// their winners come first at least half as often as their victims (four spread a cell
+/// whose score hovers around zero more, `docs/EXPERIMENTS.md`).
 const PROVED: i32 = 2;
 /// What a displaced victim's return takes off the trust score.
 const RETURNED: i32 = 1;
 /// The score's bound either way: a few dozen events turn the check around when a workload
 /// changes.
 const BOUND: i32 = 64;
-/// One refused narrow win in this many (per thread) goes ahead to keep measuring. (Zigzag at
-/// 10% of its keys over eight spread seeds: one in 4, 7.77–9.24%; one in 8, 8.17–9.28%; one
-/// in 16, 8.47–9.30%.)
+/// One refused narrow win in this many (per thread) goes ahead to keep measuring (fewer kept
+/// the zigzag's wins standing less, `docs/EXPERIMENTS.md`).
 pub(super) const EXPLORE: u32 = 16;
 
 crate::sync::local_key! {
@@ -102,9 +97,8 @@ impl NarrowWins {
 
     /// Halves the score, at the close of each of the climber's sampling periods, so that
     /// what narrow wins earned in a phase of the workload that is over counts less each
-    /// period. (Without it, a Zipf hot set that moved took the cache over more slowly:
-    /// `tests/policy.rs`, 60.6% of hits in the second 100,000 accesses after the move
-    /// against 68.3% before it, and the test's bar of 7.5 points missed.)
+    /// period (without it, a Zipf hot set that moved took the cache over more slowly, and
+    /// `tests/policy.rs` failed).
     pub(super) fn forget(&self) {
         // Relaxed: a hint (P8).
         let _ = self

@@ -14,10 +14,7 @@
 //! entry, though its last entries earn nothing, and its room is better spent in the main
 //! queue (the LIRS programs, Zipf); a main queue whose proven entries keep their hits while
 //! the rest of it sits idle earns much per entry too, though a larger window would turn its
-//! idle room into hits (the CPU traces, OLTP, sprite). Measured on the training suite
-//! (`docs/DESIGN.md`): at a small queue of 10%, the near returns of the two queues point
-//! the way of the better share on nearly every cell, and steering by them beside the
-//! density gains 7.2 points of hits summed over its 87 cells, no cell losing more than 0.5.
+//! idle room into hits (the CPU traces, OLTP, sprite); `docs/DESIGN.md` has the measurements.
 //!
 //! Nothing here is written on a hit: a departure is a relaxed load and store of its queue's
 //! clock on the eviction path, a return one read-modify-write of the batch on a miss.
@@ -47,9 +44,8 @@ const STAMP_MASK: u32 = (1 << STAMP_BITS) - 1;
 /// is the power of two of departures that leaves 64 to 127 of them in the reach.
 const REACH_GRAINS_SHIFT: u32 = 6;
 /// The near reach, as a fraction of the expected entries: a return within 1/16 (a shift by
-/// 4) of the capacity's worth of its queue's departures. Training suite (five seeds, one
-/// thread, an exact record of evictions in place of the ghost): 1/16 gained 12.8 points
-/// summed over its 87 cells, 1/8 gained 9.7 (`docs/EXPERIMENTS.md`).
+/// 4) of the capacity's worth of its queue's departures (1/8 gained less,
+/// `docs/EXPERIMENTS.md`).
 const REACH_SHIFT: u32 = 4;
 /// The shortest near reach, in departures.
 const REACH_MIN: u64 = 2;
@@ -57,13 +53,8 @@ const REACH_MIN: u64 = 2;
 /// and only if one queue's outnumber the other's by [`NEAR_GATE`]. Where the two come
 /// about equally often (a zigzag, whose turns reward a larger small queue as much as its
 /// fixed set rewards the main one), single returns walked the share at random, the
-/// hasher's seed deciding where: moved one return at a time, the zigzag test
-/// (`tests/policy.rs`) spread 1.05 points over its six seeds, and with a quarter-entry
-/// nudge the moving hot set at 5% spread 1.05 over five. In batches of 32 gated at 12
-/// (two standard deviations of a fair batch), 0.88 and 0.07 (the suite's widest 0.76),
-/// for 7.8 points summed instead of 9.7 (cpp at 5% and 10%, whose short replays fill few
-/// batches, 0.7 and 1.3 of it); batches of 16 gated at 6 spread cpp at 10% 1.19, batches
-/// of 64 gated at 16 gained 7.4.
+/// hasher's seed deciding where. A gate of 12 is two standard deviations of a fair batch of
+/// 32; other sizes and gates spread more or gained less (`docs/EXPERIMENTS.md`).
 pub(super) const NEAR_BATCH: u64 = 32;
 /// See [`NEAR_BATCH`].
 const NEAR_GATE: i64 = 12;

@@ -12,10 +12,9 @@
 //! within its four bits, so no counter ever leaves 0..=15. But two threads updating the same
 //! word at once can lose one's addition (to any of its sixteen counters), and an addition
 //! racing the halving can undo the halving of its word until the next one. Either costs only
-//! precision, in a sketch that already overestimates by design. The compare-and-swap cost
-//! churn 3–4% per operation on one and two threads, for four of them per addition
-//! (`docs/DESIGN.md`). Nothing here is on the hit path: hits are counted in the entry itself
-//! and added here when the policy visits the entry.
+//! precision, in a sketch that already overestimates by design, and four compare-and-swaps
+//! per addition cost churn more (`docs/DESIGN.md`). Nothing here is on the hit path: hits
+//! are counted in the entry itself and added here when the policy visits the entry.
 
 #![forbid(unsafe_code)]
 
@@ -70,20 +69,16 @@ const REACH: usize = 1 << 14;
 /// below, so a cache of 763 entries halves every 35k additions instead of every 7.6k.
 ///
 /// A small cache's sketch that halves every ten additions per entry forgets a key before
-/// it recurs on a trace whose popular keys come back tens of thousands of accesses apart:
-/// on P3 at 0.1% of its keys, runcache then stayed at LRU's hit ratio or a little under it
-/// (0.92–0.95% against 0.943%). The longer period lifts P3 by 0.02 to 0.2 points from 0.1%
-/// to 1% of its keys and costs OLTP, whose small caches live on recency, 0.3 to 0.9 points
-/// at 0.1% and 0.25%; both stay above LRU and the peers (`docs/DESIGN.md`).
+/// it recurs on a trace whose popular keys come back tens of thousands of accesses apart
+/// (P3's small caches; `docs/DESIGN.md` has what the longer period gives and costs).
 fn period(entries: usize) -> usize {
     let mean = (entries as f64 * REACH as f64).sqrt() as usize;
     PERIOD_PER_ENTRY * entries.max(mean)
 }
 
 /// Duels lost to incumbents at the counters' ceiling that halve the sketch early (see
-/// [`Sketch::at_ceiling`]). The suite's cells move by under 0.3 points from 16 to 64; at 4
-/// the timing of the halvings followed the hash seed more (zigzag at 10% of its keys spread
-/// 1.7 points over five seeds, against 1.2 at 16).
+/// [`Sketch::at_ceiling`]): fewer let the timing of the halvings follow the hash seed more,
+/// more change little (`docs/DESIGN.md`).
 const CEILING_DUELS: u32 = 16;
 
 /// The most increments a counter takes in one period on average, for the width (see
@@ -95,13 +90,9 @@ const LOAD: usize = 5;
 /// on each counter (four counters per addition, so `4 × period / (16 × words)` a counter).
 ///
 /// A cache of at least [`REACH`] entries loads each counter with 1.25 increments a period.
-/// A small cache's longer period loaded them far more at two words per entry (17 at 47
-/// entries), so the four counters of a rare key were mostly other keys' counts and the
-/// frequent keys' sat at the maximum together: the duel compared noise. Widened to five a
-/// counter (only caches under 1,024 entries grow; at 47 entries from 1 to 4 KiB), the
-/// workload matrix's caches under 1,024 entries gained 0.2 to 1.0 points (OLTP at 0.25% of
-/// its keys 32.8 → 33.8); widened to 1.25, as large caches are, P3 at 0.1% fell below LRU
-/// (`docs/EXPERIMENTS.md`).
+/// A small cache's longer period loaded them far more at two words per entry, so the four
+/// counters of a rare key were mostly other keys' counts and the frequent keys' sat at the
+/// maximum together: the duel compared noise (`docs/EXPERIMENTS.md`).
 fn words(entries: usize) -> usize {
     let by_load = 4 * period(entries) / (16 * LOAD);
     (2 * entries).max(by_load).next_power_of_two()
@@ -109,9 +100,8 @@ fn words(entries: usize) -> usize {
 
 impl Sketch {
     /// A sketch for a cache of about `entries` entries: two words (32 counters) per entry,
-    /// more for a small cache ([`words`]), halved every [`period`] additions. With one word
-    /// per entry (Caffeine's sizing), collisions cost P3 up to 0.4 points of hit ratio
-    /// (`docs/DESIGN.md`). Under loom, four words.
+    /// more for a small cache ([`words`]), halved every [`period`] additions (one word per
+    /// entry, Caffeine's sizing, collided more, `docs/DESIGN.md`). Under loom, four words.
     pub(crate) fn new(entries: usize) -> Self {
         let entries = entries.clamp(16, 1 << 24);
         let words = if cfg!(runcache_loom) {
@@ -166,14 +156,11 @@ impl Sketch {
     /// additions per entry have passed since the last halving, every counter is halved now
     /// instead of at the end of the period.
     ///
-    /// A small cache's period is long ([`period`]), so that keys which come back thousands
-    /// of accesses apart are not forgotten; but where a few keys come back far more often
-    /// (a program's loops over a small cache), their counters reach 15 long before the
-    /// period ends, the keys of a phase that is over keep the main queue on their ceiling
-    /// counts, and newcomers lose every duel: on the suite's LIRS traces the main queue
-    /// froze, and ps at 1% of its keys hit less than LRU. The ceiling halves such a sketch as
-    /// often as its keys saturate it, and a sketch whose counters stay under the ceiling
-    /// (long re-reference distances, the case the long period is for) keeps its period.
+    /// A small cache's period is long ([`period`]); where a few keys come back far more
+    /// often (a program's loops), their counters reach 15 long before it ends, a phase that
+    /// is over holds the main queue on ceiling counts, and newcomers lose every duel (the
+    /// LIRS traces' main queues froze). The ceiling halves such a sketch as often as its keys
+    /// saturate it; one whose counters stay under the ceiling keeps its period.
     pub(crate) fn at_ceiling(&self) {
         // Each thread counts its own duels at the ceiling, as it counts its additions, so a
         // duel adds no shared read-modify-write to the eviction path.

@@ -55,7 +55,7 @@ fn heavy(hash: u64, weight: u64) -> Arc<Entry> {
 /// says it joins the queues; `live` is the cache's entry count the compaction check sees.
 fn admit(p: &S3Fifo<Arc<Entry>>, e: Arc<Entry>, warm: bool, live: usize) {
     if p.admit(&e.meta, e.hash, warm) {
-        p.enqueue(e, || live);
+        p.enqueue(e, false, || live);
     }
 }
 
@@ -236,6 +236,93 @@ fn a_heavy_leaver_must_outweigh_all_the_victims_it_would_displace() {
         "6 of weight 1 and 101's 3"
     );
     assert!(p.front.is_empty());
+}
+
+/// The door's verdict on `hash` of `weight` needing `need` under capacity 100 (P10), as the
+/// hashes of its victims for an admission.
+fn door(p: &S3Fifo<Arc<Entry>>, hash: u64, weight: u64, need: u64) -> Option<Vec<u64>> {
+    match p.door(hash, weight, need, 100) {
+        Door::Open => None,
+        Door::Refuse => Some(Vec::new()),
+        Door::Admit(v) => Some(v.iter().map(|e| e.hash).collect()),
+    }
+}
+
+#[test]
+fn a_newcomer_heavier_than_the_small_queue_is_judged_against_the_victims_it_would_displace() {
+    // Capacity 100, a window of 9 at the starting share; 90 main entries of weight 1, each
+    // seen twice.
+    let p = evicted(100);
+    for h in 0..90 {
+        p.record(h, 2);
+        push(&p.main, &p.main_weight, entry(h));
+    }
+    assert_eq!(p.climber.window(100), 9);
+    assert_eq!(
+        door(&p, 500, 9, 9),
+        None,
+        "within the window: the small queue's"
+    );
+    assert_eq!(door(&p, 500, 20, 0), None, "it fits: nothing to judge");
+    // Heavier than the window and needing 3: it must outcount three victims at 2 each.
+    p.record(500, 4);
+    assert_eq!(
+        door(&p, 500, 20, 3),
+        Some(vec![]),
+        "5 (with this miss) against 6"
+    );
+    assert_eq!(p.front.len(), 3, "the victims kept the main queue's head");
+    assert_eq!(p.estimate(500), 5, "the miss was recorded");
+    assert_eq!(
+        door(&p, 500, 20, 3),
+        Some(vec![]),
+        "6 against 6: a tie keeps them"
+    );
+    assert_eq!(
+        door(&p, 500, 20, 3),
+        Some(vec![0, 1, 2]),
+        "7 against 6: it displaces them"
+    );
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 87);
+    assert!(p.front.is_empty() && p.queueing());
+    // The winner joins the main queue when it is admitted.
+    let e = heavy(500, 20);
+    assert!(p.admit_at(&e.meta, e.hash, 100, 100, true));
+    p.enqueue(e, true, || 1);
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 107);
+    assert_eq!(p.estimate(500), 7, "its admission records nothing more");
+}
+
+#[test]
+fn the_door_opens_when_the_main_queue_is_too_short_to_judge_and_refuses_what_it_cannot_weigh() {
+    let p = evicted(100);
+    for h in 0..2 {
+        p.record(h, 1);
+        push(&p.main, &p.main_weight, entry(h));
+    }
+    // Two victims free 2 of the 30 it needs, and it still outcounts them: the small queue
+    // makes the room (without a record of the miss, which its admission makes).
+    p.record(700, 6);
+    assert_eq!(door(&p, 700, 40, 30), None);
+    assert_eq!((p.front.len(), p.estimate(700)), (2, 6));
+    // A newcomer at the sketch's ceiling outcounts victims none of which is there, however
+    // many (up to the door's 64).
+    let q = evicted(100);
+    for h in 0..80 {
+        q.record(h, 3);
+        push(&q.main, &q.main_weight, entry(h));
+    }
+    q.record(800, 20);
+    let won = door(&q, 800, 50, 50).expect("judged");
+    assert_eq!(won.len(), 50);
+    // One that would displace more than 64 loses.
+    let r = evicted(100);
+    for h in 0..80 {
+        push(&r.main, &r.main_weight, entry(h));
+    }
+    r.record(900, 20);
+    assert_eq!(door(&r, 900, 70, 70), Some(vec![]));
+    assert_eq!(r.front.len(), 64);
 }
 
 #[test]
@@ -581,14 +668,20 @@ fn entries_admitted_cold_leave_in_the_order_they_came_whatever_the_sweep_met_fir
     let p = evicted(64);
     let cold: Vec<Arc<Entry>> = (1..=10u64).map(entry).collect();
     for (size, e) in (1..=10u64).zip(&cold) {
-        assert!(!p.admit_at(&e.meta, e.hash, size, 64), "cold: not queued");
+        assert!(
+            !p.admit_at(&e.meta, e.hash, size, 64, false),
+            "cold: not queued"
+        );
     }
     assert_eq!(cold[0].meta.stage(), 0);
     assert_eq!(cold[9].meta.stage(), stage(10, 64) as usize);
     assert!(cold[9].meta.stage() > cold[0].meta.stage());
     let warm = entry(99);
-    assert!(p.admit_at(&warm.meta, warm.hash, 32, 64), "warm: queued");
-    p.enqueue(warm.clone(), || 11);
+    assert!(
+        p.admit_at(&warm.meta, warm.hash, 32, 64, false),
+        "warm: queued"
+    );
+    p.enqueue(warm.clone(), false, || 11);
     for e in cold.iter().rev() {
         assert!(p.enlist(&e.meta, || e.clone()));
         assert!(!p.enlist(&e.meta, || e.clone()), "claimed once (P1)");

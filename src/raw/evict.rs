@@ -9,10 +9,32 @@ use super::counter::{Counter, StatsBlock};
 use super::node::{hold, Node, NodeRef, View};
 use super::write::Take;
 use super::{RawCache, RemovalCause};
-use crate::policy::S3Fifo;
+use crate::policy::{may_be_heavy, Door, S3Fifo};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
+
+/// How [`RawCache::reserve`] made a newcomer's room.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[must_use]
+pub(super) enum Room {
+    /// It was not made: the newcomer does not fit, and is not cached.
+    Refused,
+    /// The policy's door turned the newcomer away (**P10**): it is not cached, and nothing
+    /// was displaced for it.
+    Turned,
+    /// It was there, or the queues' victims made it.
+    Made,
+    /// The newcomer won it at the policy's door and joins the main queue (**P10**).
+    Judged,
+}
+
+impl Room {
+    /// Whether the newcomer has its room.
+    pub(super) fn made(self) -> bool {
+        matches!(self, Room::Made | Room::Judged)
+    }
+}
 
 /// Slots one step of the policy's sweep looks at (see `RawCache::sweep_step`).
 const SWEEP_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };
@@ -96,42 +118,84 @@ where
     V: Send + Sync + 'static,
     S: BuildHasher,
 {
-    /// Reserves `weight`; when it does not fit and the cache evicts, evicts by policy until
-    /// it does. An entry heavier than the whole capacity is refused without evicting anything.
+    /// Reserves `weight` for a newcomer of `hash` (`None` for the growth of a replaced
+    /// entry); when it does not fit and the cache evicts, makes room: a newcomer heavier than
+    /// the small queue's room is judged at the policy's door first (**P10**), and otherwise,
+    /// or if the door does not judge it, the policy's victims are evicted in their order
+    /// until it fits. An entry heavier than the whole capacity is refused without evicting
+    /// anything.
     ///
     /// A victim's weight passes straight to the newcomer, as much of it as the newcomer still
     /// needs: it never leaves the weighted size, so the size stays within the capacity, and an
     /// eviction that makes room for an entry of the same weight writes the budget not at all
     /// (rather than a release and a reservation, two compare-and-swaps on the cache's most
     /// contended word).
-    pub(super) fn reserve(&self, weight: u64, stats: &StatsBlock) -> bool {
+    pub(super) fn reserve(&self, weight: u64, hash: Option<u64>, stats: &StatsBlock) -> Room {
         // Weight taken over from victims so far; it counts in the size like a reservation.
         let mut held = 0;
+        let mut door = hash;
+        let mut judged = false;
         loop {
             // (A weight of 0 still asks the budget, which refuses everything at capacity 0.)
             if (held > 0 && held == weight) || self.budget.try_reserve(weight - held) {
-                return true;
+                return if judged { Room::Judged } else { Room::Made };
             }
             let Some(policy) = &self.policy else {
-                return false;
+                return Room::Refused;
             };
             let capacity = self.budget.capacity();
-            let kept = if capacity == 0 || weight > capacity {
-                None
-            } else {
-                self.evict_one(policy, capacity, weight - held)
-            };
-            match kept {
+            if capacity == 0 || weight > capacity {
+                self.budget.release(held);
+                return Room::Refused;
+            }
+            if let Some(hash) = door.take().filter(|_| may_be_heavy(weight, capacity)) {
+                let free = capacity.saturating_sub(self.budget.size());
+                match policy.door(hash, weight, weight.saturating_sub(free), capacity) {
+                    Door::Open => {}
+                    Door::Refuse => return Room::Turned,
+                    Door::Admit(victims) => {
+                        judged = true;
+                        held += self.evict_judged(victims, weight - held, capacity, stats);
+                        continue;
+                    }
+                }
+            }
+            match self.evict_one(policy, capacity, weight - held) {
                 Some(kept) => {
                     held += kept;
                     stats.bump(Counter::Eviction);
                 }
                 None => {
                     self.budget.release(held);
-                    return false;
+                    return Room::Refused;
                 }
             }
         }
+    }
+
+    /// Evicts the victims a newcomer outcounted at the door (**P10**), keeping up to `keep`
+    /// of their weight reserved for it; returns the weight kept. A victim removed meanwhile
+    /// by someone else gives nothing.
+    fn evict_judged(
+        &self,
+        victims: Vec<NodeRef<K, V>>,
+        mut keep: u64,
+        capacity: u64,
+        stats: &StatsBlock,
+    ) -> u64 {
+        let pin = self.pin();
+        let mut kept_all = 0;
+        for v in victims {
+            let kept = keep.min(v.weight());
+            let how = Take::node(RemovalCause::Capacity).keeping(kept);
+            if let Some((weight, _)) = self.take_if(&v, self.shard(v.hash), &pin, how, |_| true) {
+                keep -= kept;
+                kept_all += kept;
+                stats.bump(Counter::Eviction);
+                self.retired(&pin, weight, capacity);
+            }
+        }
+        kept_all
     }
 
     /// Evicts the policy's next victim, keeping up to `keep` of its weight reserved for the
@@ -206,30 +270,32 @@ where
 
     /// Hands a node whose value was just published to the policy, unless it weighs 0: such
     /// an entry frees nothing if evicted, so the policy never sees it and only a removal, a
-    /// replacement, `clear`, `retain` or a capacity of 0 takes it out (I8).
+    /// replacement, `clear`, `retain` or a capacity of 0 takes it out (I8). `room` says how
+    /// its room was made: a newcomer that won at the door joins the main queue (**P10**).
     #[inline]
-    pub(super) fn admit(&self, node: &Node<K, V>) {
+    pub(super) fn admit(&self, node: &Node<K, V>, room: Room) {
         if node.weight() == 0 {
             return;
         }
-        if let Some(policy) = self.admission(node) {
-            self.enqueue(policy, hold(node));
+        let judged = room == Room::Judged;
+        if let Some(policy) = self.admission(node, judged) {
+            self.enqueue(policy, hold(node), judged);
         }
     }
 
     /// Records a node's admission; the policy if the node is to be queued (P2).
-    fn admission(&self, node: &Node<K, V>) -> Option<&S3Fifo<NodeRef<K, V>>> {
+    fn admission(&self, node: &Node<K, V>, judged: bool) -> Option<&S3Fifo<NodeRef<K, V>>> {
         let policy = self.policy.as_ref()?;
         let (size, capacity) = self.budget.snapshot();
         policy
-            .admit_at(node.meta(), node.hash, size, capacity)
+            .admit_at(node.meta(), node.hash, size, capacity, judged)
             .then_some(policy)
     }
 
     /// Queues an admitted node, and while the sweep that enlists the entries admitted cold
     /// is under way, takes a step of it.
-    fn enqueue(&self, policy: &S3Fifo<NodeRef<K, V>>, node: NodeRef<K, V>) {
-        policy.enqueue(node, || self.len());
+    fn enqueue(&self, policy: &S3Fifo<NodeRef<K, V>>, node: NodeRef<K, V>, judged: bool) {
+        policy.enqueue(node, judged, || self.len());
         if !self.sweep.done() {
             self.sweep_step(policy);
         }

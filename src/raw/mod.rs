@@ -188,6 +188,8 @@ pub(crate) struct Refused<K, V> {
     pub(crate) value: V,
     pub(crate) weight: u64,
     pub(crate) capacity: u64,
+    /// The policy's door turned it away (**P10**), though it would fit.
+    pub(crate) turned: bool,
 }
 
 pub(crate) struct RawCache<K, V, S> {

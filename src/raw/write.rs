@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 use super::counter::Counter;
+use super::evict::Room;
 use super::handle::Handle;
 use super::node::{self, handle_of, hold, value_of, Node, NodeRef, View};
 use super::table::Shard;
@@ -55,8 +56,10 @@ where
                 .expect("the key is back in hand at every retry");
             let pos = shard.locate(hash, |k| k == q, &pin.guard);
             let Some(node) = pos.found else {
-                if !self.reserve(weight, pin.stats) {
-                    return Err(self.refuse(&pin, key, value, weight));
+                let room = self.reserve(weight, Some(hash), pin.stats);
+                if !room.made() {
+                    let turned = room == Room::Turned;
+                    return Err(self.refuse(&pin, key, value, weight, turned));
                 }
                 let node = NodeRef::into_raw(self.node_with(hash, &mut key, &mut value, weight, 0));
                 // Counted before a remover can uncount it, in this thread's own block.
@@ -64,7 +67,7 @@ where
                 if shard.link(&pos, node, &pin.guard) {
                     // SAFETY: (I1) linked, so the table holds a count and the node is alive; the
                     // policy's queue takes one more (I1).
-                    self.admit(unsafe { &*node });
+                    self.admit(unsafe { &*node }, room);
                     return Ok(None);
                 }
                 pin.stats.unbump(Counter::Live);
@@ -83,8 +86,8 @@ where
                     // since `view` read it, the CAS below fails and we retry.
                     let cell = old as *const V as usize;
                     let shared = weight.min(current.acquired_weight());
-                    if !self.reserve(weight - shared, pin.stats) {
-                        return Err(self.refuse(&pin, key, value, weight));
+                    if !self.reserve(weight - shared, None, pin.stats).made() {
+                        return Err(self.refuse(&pin, key, value, weight, false));
                     }
                     // Made with a count for the forward besides the value's and ours, which
                     // goes to the slot: the replacement's counts take no read-modify-write.
@@ -119,7 +122,7 @@ where
                             if let Some(old) = &old {
                                 self.notify(to.key(), old, RemovalCause::Replaced);
                             }
-                            self.admit(to);
+                            self.admit(to, Room::Made);
                             let capacity = self.budget.capacity();
                             self.retired(&pin, current.acquired_weight(), capacity);
                             return Ok(old.filter(|_| hand_back));
@@ -167,6 +170,7 @@ where
         key: Option<K>,
         value: Option<V>,
         weight: u64,
+        turned: bool,
     ) -> Refused<K, V> {
         pin.stats.bump(Counter::Rejection);
         let value = value.expect("the value is in hand when refusing");
@@ -175,6 +179,7 @@ where
             value,
             weight,
             capacity: self.budget.capacity(),
+            turned,
         }
     }
 

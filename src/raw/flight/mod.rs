@@ -318,13 +318,14 @@ where
         let (served, listed) = match result {
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
-                if self.reserve(weight, stats) {
+                let room = self.reserve(weight, Some(node.hash), stats);
+                if room.made() {
                     // Counted before a remover can uncount it, in this thread's own block.
                     stats.bump(Counter::Live);
                     let (value, listed) = node.publish(v, weight);
                     node.slot.finish(READY);
                     self.close(listed);
-                    self.admit(node);
+                    self.admit(node, room);
                     attempt.done = true;
                     return Served::Built {
                         value,

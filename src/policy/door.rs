@@ -1,0 +1,150 @@
+//! The aggregated duel, and the door that uses it first (**P10**): a newcomer heavier than
+//! the small queue's room would push out everything there before its own turn to leave, so
+//! its reservation asks here first. It faces the main queue's victims it would displace and
+//! takes their place only if the sketch counts it more often than all of them together
+//! (the "aggregated victims" of Einziger, Eytan, Friedman and Manes, 2022, as moka admits);
+//! otherwise it is handed back uncached, having displaced nothing. A small-queue leaver's
+//! sized duel (`leave.rs`) gathers its victims the same way.
+
+#![forbid(unsafe_code)]
+
+use super::{sketch, uncount, PassLimit, Queued, S3Fifo};
+use crate::sync::Ordering;
+
+/// The most main-queue victims a newcomer faces at the door: one that would displace more
+/// is judged as if it lost. (A leaver's duel faces at most [`DUEL_VICTIMS`](super::DUEL_VICTIMS).)
+const DOOR_VICTIMS: usize = 64;
+
+/// Whether a newcomer of `weight` may be heavier than the small queue's room under
+/// `capacity`, and so worth asking the door about: that room is at least 1% of the capacity
+/// and at least 1, so most newcomers of most caches are known light without reading it.
+#[inline]
+pub(crate) fn may_be_heavy(weight: u64, capacity: u64) -> bool {
+    weight > (capacity / 128).max(1)
+}
+
+/// The door's verdict on a newcomer (**P10**).
+pub(crate) enum Door<T> {
+    /// Not judged here (light enough for the small queue, or nothing yet to judge it by):
+    /// room is made in the queues' order, and it joins the small queue.
+    Open,
+    /// It outcounted these victims, which have left the main queue (and its total) and are
+    /// the caller's to evict; it joins the main queue.
+    Admit(Vec<T>),
+    /// It did not: it is not cached, and nothing was displaced.
+    Refuse,
+}
+
+/// Up to `N` main-queue victims gathered for a duel, in the queue's order (kept inline: a
+/// duel allocates nothing).
+pub(super) struct Victims<T, const N: usize> {
+    taken: [Option<T>; N],
+    n: usize,
+    /// Their weight.
+    pub(super) freed: u64,
+    /// Their estimates, summed.
+    pub(super) against: u64,
+    /// Whether any of them is at the sketch's ceiling.
+    ceiling: bool,
+}
+
+impl<T: Queued, const N: usize> Victims<T, N> {
+    pub(super) fn len(&self) -> usize {
+        self.n
+    }
+
+    fn drain(self) -> impl Iterator<Item = T> {
+        self.taken.into_iter().flatten()
+    }
+
+    /// Whether a candidate estimated at `estimate` outcounts them by more than `margin`:
+    /// more than all of them together, or, against several, at the sketch's ceiling while
+    /// none of them is (counters the ceiling caps could never outcount a sum of several, and
+    /// would keep a hot heavy entry out for good).
+    pub(super) fn outcounted_by(&self, estimate: u64, margin: u64) -> bool {
+        estimate > self.against.saturating_add(margin)
+            || (self.len() > 1 && estimate >= sketch::MAX && !self.ceiling)
+    }
+
+    /// Whether every one of them is at the sketch's ceiling (see `Sketch::at_ceiling`).
+    pub(super) fn all_at_ceiling(&self) -> bool {
+        self.against >= sketch::MAX * self.len() as u64
+    }
+
+    /// Puts them back at the main queue's head, in their order (**P10**: a duel lost
+    /// displaces nothing).
+    pub(super) fn restore(self, queues: &S3Fifo<T>) {
+        self.drain().for_each(|v| queues.front.push(v));
+    }
+
+    /// The first of them, and the others.
+    pub(super) fn split_first(self) -> Option<(T, impl Iterator<Item = T>)> {
+        let mut it = self.drain();
+        it.next().map(|first| (first, it))
+    }
+}
+
+impl<T: Queued> S3Fifo<T> {
+    /// Takes main-queue victims, in the queue's order, until they weigh `need` or more, or
+    /// `most` are taken, or (for a candidate `estimate`d below the sketch's ceiling) they
+    /// outcount it: then the duel is lost whatever comes next.
+    pub(super) fn gather<const N: usize>(
+        &self,
+        need: u64,
+        estimate: u64,
+        limit: &PassLimit<'_, T>,
+    ) -> Victims<T, N> {
+        let mut v = Victims {
+            taken: std::array::from_fn(|_| None),
+            n: 0,
+            freed: 0,
+            against: 0,
+            ceiling: false,
+        };
+        while v.freed < need && v.n < N && (estimate >= sketch::MAX || v.against < estimate) {
+            let Some(e) = self.main_victim(limit) else {
+                break;
+            };
+            let est = limit.estimate(e.hash());
+            v.freed = v.freed.saturating_add(e.weight());
+            v.against = v.against.saturating_add(est);
+            v.ceiling |= est >= sketch::MAX;
+            v.taken[v.n] = Some(e);
+            v.n += 1;
+        }
+        v
+    }
+
+    /// Judges a newcomer of `hash` and `weight` that needs `need` more than the room left
+    /// under `capacity` (**P10**).
+    pub(crate) fn door(&self, hash: u64, weight: u64, need: u64, capacity: u64) -> Door<T> {
+        if weight <= self.climber.window(capacity) || need == 0 || self.memory.get().is_none() {
+            return Door::Open;
+        }
+        let limit = PassLimit::new(self);
+        // The miss that brought it counts, as it would at its admission.
+        let estimate = limit.estimate(hash) + 1;
+        let victims = self.gather::<DOOR_VICTIMS>(need, estimate, &limit);
+        let judged = victims.freed >= need || victims.len() == DOOR_VICTIMS;
+        if !judged && victims.outcounted_by(estimate, 0) {
+            // The main queue holds too little to judge by: the small queue makes the room.
+            victims.restore(self);
+            return Door::Open;
+        }
+        limit.record(hash, 1);
+        if victims.freed < need || !victims.outcounted_by(estimate, 0) {
+            victims.restore(self);
+            return Door::Refuse;
+        }
+        let mut out = Vec::with_capacity(victims.len());
+        for v in victims.drain() {
+            uncount(&self.main_weight, &v);
+            limit.remember(v.hash(), self.climber.depart(true));
+            out.push(v);
+        }
+        // Relaxed: a switch that only turns on (see `admit`); the winner is queued by its
+        // admission, and a cache that evicts is past its cold start.
+        self.queueing.store(true, Ordering::Relaxed);
+        Door::Admit(out)
+    }
+}
