@@ -39,6 +39,8 @@ pub struct Backend<'s> {
     pub lookups: AtomicUsize,
     pub weight_lookups: AtomicUsize,
     pub reorders: AtomicUsize,
+    /// The bytes of the weights those reorders wrote.
+    pub reordered_bytes: AtomicU64,
     pub compile_nanos: AtomicU64,
     /// The weight budget every cache started with.
     budget: u64,
@@ -83,6 +85,7 @@ impl<'s> Backend<'s> {
             lookups: AtomicUsize::new(0),
             weight_lookups: AtomicUsize::new(0),
             reorders: AtomicUsize::new(0),
+            reordered_bytes: AtomicU64::new(0),
             compile_nanos: AtomicU64::new(0),
             budget,
             follow: o.gpu && o.budget_mib.is_none(),
@@ -182,6 +185,8 @@ impl<'s> Backend<'s> {
     fn reordered(&self, mlp: &Mlp, layer: usize) -> Result<ConstantBuffer, Failure> {
         self.reorders.fetch_add(1, Ordering::Relaxed);
         let l = &mlp.layers[layer];
+        self.reordered_bytes
+            .fetch_add((l.k * l.n * 4) as u64, Ordering::Relaxed);
         self.store.buffer(&reorder(&l.weights, l.k, l.n))
     }
 

@@ -33,6 +33,8 @@ pub struct Report {
     pub lookups: usize,
     pub weight_lookups: usize,
     pub reorders: usize,
+    /// The bytes of weights those reorders wrote.
+    pub reordered_bytes: u64,
     pub compile_seconds: f64,
     /// The most bytes the caches held at a sample: kernels' code and weights.
     pub peak_bytes: u64,
@@ -78,6 +80,14 @@ impl Report {
         self.weight_lookups.saturating_sub(self.reorders) as f64 / self.weight_lookups as f64
     }
 
+    /// The weight bytes reordered per request served: what the weight cache's misses cost.
+    pub fn reordered_per_request(&self) -> f64 {
+        if self.ran == 0 {
+            return 0.0;
+        }
+        self.reordered_bytes as f64 / self.ran as f64
+    }
+
     /// The share of samples at which the weight cache held more than the budget.
     pub fn over_budget_share(&self) -> f64 {
         if self.samples == 0 {
@@ -102,7 +112,8 @@ pub fn print_json(reports: &[Report], o: &Options) {
              \"failed_other\":{},\"unexpected_failures\":{},\"mismatches\":{},\
              \"requests_per_second\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"p999_ms\":{:.3},\
              \"compiles\":{},\"compiles_avoided\":{},\"hit_ratio\":{:.4},\
-             \"weight_reorders\":{},\"weight_hit_ratio\":{:.4},\"compile_seconds\":{:.3},\
+             \"weight_reorders\":{},\"weight_reordered_bytes\":{},\"weight_hit_ratio\":{:.4},\
+             \"compile_seconds\":{:.3},\
              \"peak_cache_bytes\":{},\"weight_budget_bytes\":{},\"peak_weight_bytes\":{},\
              \"weight_samples\":{},\"weight_samples_over_budget\":{},\"peak_rss_bytes\":{}}}",
             r.name,
@@ -129,6 +140,7 @@ pub fn print_json(reports: &[Report], o: &Options) {
             r.avoided(),
             r.hit_ratio(),
             r.reorders,
+            r.reordered_bytes,
             r.weight_hit_ratio(),
             r.compile_seconds,
             r.peak_bytes,
@@ -172,7 +184,7 @@ pub fn print_table(reports: &[Report], o: &Options) {
             budget as f64 / MIB
         );
         println!(
-            "{:<14} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>6} {:>8} {:>6} {:>9} {:>6} {:>7} {:>6}",
+            "{:<14} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>7} {:>6}",
             "cache",
             "requests",
             "req/s",
@@ -182,6 +194,7 @@ pub fn print_table(reports: &[Report], o: &Options) {
             "compiles",
             "k-hit",
             "reorders",
+            "KiB/req",
             "w-hit",
             "peak MiB",
             "over",
@@ -191,7 +204,7 @@ pub fn print_table(reports: &[Report], o: &Options) {
         let rows: Vec<&Report> = reports.iter().filter(|r| r.threads == threads).collect();
         for r in &rows {
             println!(
-                "{:<14} {:>8} {:>8.0} {:>7.3} {:>7.3} {:>7.3} {:>8} {:>5.1}% {:>8} {:>5.1}% {:>9.1} {:>5.1}% {:>7.0} {:>6}",
+                "{:<14} {:>8} {:>8.0} {:>7.3} {:>7.3} {:>7.3} {:>8} {:>5.1}% {:>8} {:>8.0} {:>5.1}% {:>9.1} {:>5.1}% {:>7.0} {:>6}",
                 r.name,
                 r.requests,
                 r.per_second(),
@@ -201,6 +214,7 @@ pub fn print_table(reports: &[Report], o: &Options) {
                 r.compiles,
                 100.0 * r.hit_ratio(),
                 r.reorders,
+                r.reordered_per_request() / 1024.0,
                 100.0 * r.weight_hit_ratio(),
                 r.peak_weights as f64 / MIB,
                 100.0 * r.over_budget_share(),
@@ -257,10 +271,10 @@ pub fn print_markdown(reports: &[Report], o: &Options, store: &Store, models: &s
     );
     println!(
         "| threads | cache | requests/s | p50 ms | p99 ms | p99.9 ms | compiles | kernel hits | \
-         reorders | weight hits | peak weight MiB | samples over budget | peak RSS MiB | \
-         runcache speed-up (req/s, p99) |"
+         reorders | KiB reordered per request | weight hits | peak weight MiB | \
+         samples over budget | peak RSS MiB | runcache speed-up (req/s, p99) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in reports {
         let x = match r.name {
             "runcache" => "—".to_string(),
@@ -270,7 +284,7 @@ pub fn print_markdown(reports: &[Report], o: &Options, store: &Store, models: &s
             },
         };
         println!(
-            "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.1}% | {} | {:.1}% | {:.1} | {:.1}% | {:.0} | {} |",
+            "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.1}% | {} | {:.0} | {:.1}% | {:.1} | {:.1}% | {:.0} | {} |",
             r.threads,
             r.name,
             r.per_second(),
@@ -280,6 +294,7 @@ pub fn print_markdown(reports: &[Report], o: &Options, store: &Store, models: &s
             r.compiles,
             100.0 * r.hit_ratio(),
             r.reorders,
+            r.reordered_per_request() / 1024.0,
             100.0 * r.weight_hit_ratio(),
             r.peak_weights as f64 / MIB,
             100.0 * r.over_budget_share(),

@@ -368,6 +368,7 @@ pub fn serve(
         lookups: backend.lookups.load(Ordering::Relaxed),
         weight_lookups: backend.weight_lookups.load(Ordering::Relaxed),
         reorders: backend.reorders.load(Ordering::Relaxed),
+        reordered_bytes: backend.reordered_bytes.load(Ordering::Relaxed),
         compile_seconds: backend.compile_nanos.load(Ordering::Relaxed) as f64 / 1e9,
         peak_bytes: tally.peak.load(Ordering::Relaxed),
         budget,

@@ -292,6 +292,11 @@ fn a_budget_smaller_than_one_weight_tensor_reorders_that_tensor_each_time() {
         22.0,
         "the two small weights once, the big one on every request"
     );
+    assert_eq!(
+        field(&line, "weight_reordered_bytes"),
+        2.0 * 66_560.0 + 20.0 * 1_081_600.0,
+        "the bytes those reorders wrote"
+    );
     assert!(
         field(&line, "peak_cache_bytes") < 1_081_600.0,
         "the big weight was never cached: {line}"
