@@ -8,33 +8,11 @@
 use super::counter::{Counter, StatsBlock};
 use super::node::{hold, Node, NodeRef, View};
 use super::write::Take;
-use super::{RawCache, RemovalCause};
+use super::{RawCache, RemovalCause, Room};
 use crate::policy::{may_be_heavy, Door, S3Fifo};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
-
-/// How [`RawCache::reserve`] made a newcomer's room.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[must_use]
-pub(super) enum Room {
-    /// It was not made: the newcomer does not fit, and is not cached.
-    Refused,
-    /// The policy's door turned the newcomer away (**P10**): it is not cached, and nothing
-    /// was displaced for it.
-    Turned,
-    /// It was there, or the queues' victims made it.
-    Made,
-    /// The newcomer won it at the policy's door and joins the main queue (**P10**).
-    Judged,
-}
-
-impl Room {
-    /// Whether the newcomer has its room.
-    pub(super) fn made(self) -> bool {
-        matches!(self, Room::Made | Room::Judged)
-    }
-}
 
 /// Slots one step of the policy's sweep looks at (see `RawCache::sweep_step`).
 const SWEEP_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };

@@ -182,6 +182,28 @@ impl Drop for Pin<'_> {
     }
 }
 
+/// How `RawCache::reserve` made a newcomer's room.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[must_use]
+pub(crate) enum Room {
+    /// It was not made: the newcomer does not fit, and is not cached.
+    Refused,
+    /// The policy's door turned the newcomer away (**P10**): it is not cached, and nothing
+    /// was displaced for it.
+    Turned,
+    /// It was there, or the queues' victims made it.
+    Made,
+    /// The newcomer won it at the policy's door and joins the main queue (**P10**).
+    Judged,
+}
+
+impl Room {
+    /// Whether the newcomer has its room.
+    pub(crate) fn made(self) -> bool {
+        matches!(self, Room::Made | Room::Judged)
+    }
+}
+
 /// Why an `insert` was refused.
 pub(crate) struct Refused<K, V> {
     pub(crate) key: K,

@@ -6,11 +6,10 @@
 #![allow(unsafe_code)]
 
 use super::counter::Counter;
-use super::evict::Room;
 use super::handle::Handle;
 use super::node::{self, handle_of, hold, value_of, Node, NodeRef, View};
 use super::table::Shard;
-use super::{into_parts, Pin, RawCache, Refused, RemovalCause};
+use super::{into_parts, Pin, RawCache, Refused, RemovalCause, Room};
 use crossbeam_epoch::Guard;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
