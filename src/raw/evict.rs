@@ -154,6 +154,8 @@ where
     /// Evicts the victims a newcomer outcounted at the door (**P10**), keeping up to `keep`
     /// of their weight reserved for it; returns the weight kept. A victim removed meanwhile
     /// by someone else gives nothing.
+    /// (It repeats `evict_one`'s take of a victim: one helper for both cost that miss path
+    /// its inlining, `docs/EXPERIMENTS.md`.)
     fn evict_judged(
         &self,
         victims: Vec<NodeRef<K, V>>,
