@@ -86,7 +86,7 @@ fn main() -> Result<(), runcache::ConfigError> {
 
     // A smaller budget, set while running: the policy evicts down to it.
     let before = left.evicted.load(Relaxed);
-    tensors.set_capacity(BUDGET / 4);
+    tensors.set_capacity(BUDGET / 4).unwrap();
     println!(
         "after set_capacity({} KiB): {} KiB held, {} more evicted",
         (BUDGET / 4) >> 10,

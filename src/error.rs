@@ -142,6 +142,55 @@ impl<K, V> fmt::Display for InsertError<K, V> {
 
 impl<K, V> std::error::Error for InsertError<K, V> {}
 
+/// A shrink ([`set_capacity`](crate::Cache::set_capacity) and the like) that could not
+/// free enough weight to reach its capacity: what holds the rest could not be evicted (weight
+/// reserved by entries still being published, which did not land while the shrink waited).
+/// The capacity stays where the shrink got to, never below the weighted size; calling again
+/// finishes the shrink once that weight can be evicted.
+///
+/// ```
+/// let cache = runcache::Cache::<u32, u32>::new(8);
+/// match cache.set_capacity(2) {
+///     Ok(()) => assert_eq!(cache.capacity(), 2),
+///     // Says, for instance, "capacity not lowered to 2: 1 of the weight could not be freed
+///     // (entries still being published hold it), so the capacity stays at 3".
+///     Err(e) => assert!(e.capacity > e.requested && cache.capacity() == e.capacity),
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapacityError {
+    /// The capacity the shrink was to reach (the latest asked for, if several calls raced).
+    pub requested: u64,
+    /// The capacity in force when the shrink gave up.
+    pub capacity: u64,
+}
+
+impl CapacityError {
+    /// From the engine's `(target, capacity)`.
+    pub(crate) fn from_parts((requested, capacity): (u64, u64)) -> Self {
+        Self {
+            requested,
+            capacity,
+        }
+    }
+}
+
+impl fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "capacity not lowered to {}: {} of the weight could not be freed (entries still \
+             being published hold it), so the capacity stays at {}",
+            self.requested,
+            self.capacity.saturating_sub(self.requested),
+            self.capacity
+        )
+    }
+}
+
+impl std::error::Error for CapacityError {}
+
 /// An async single-flight call that would have waited for itself: a build future asked the
 /// cache for the very key it is building, from inside its own poll (or a task asked for a key
 /// that a blocking builder further up its thread's stack is building). The key is handed
@@ -267,5 +316,21 @@ impl<K, E: std::error::Error + 'static> std::error::Error for BuildError<K, E> {
             BuildError::Failed(e) => Some(&**e),
             BuildError::Recursion(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CapacityError;
+
+    #[test]
+    fn a_shrink_that_stopped_short_says_where_and_by_how_much() {
+        let err = CapacityError::from_parts((10, 16));
+        assert_eq!((err.requested, err.capacity), (10, 16));
+        assert_eq!(
+            err.to_string(),
+            "capacity not lowered to 10: 6 of the weight could not be freed (entries still \
+             being published hold it), so the capacity stays at 16"
+        );
     }
 }

@@ -177,7 +177,7 @@ pub use constant::{
     AddError, AllocError, BufferAllocator, CapacityParseError, ConstantBuffer, DeviceKind,
     DeviceMemory, HostAllocator,
 };
-pub use error::{BuildError, ConfigError, InsertError, RecursionError};
+pub use error::{BuildError, CapacityError, ConfigError, InsertError, RecursionError};
 pub use pool::PoolError;
 #[cfg(feature = "vulkan")]
 #[cfg_attr(docsrs, doc(cfg(feature = "vulkan")))]

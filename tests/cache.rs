@@ -682,16 +682,16 @@ fn set_capacity_grows_keeps_shrinks_evicts_and_zero_disables() {
         for i in 0..10 {
             c.insert(i, i).unwrap();
         }
-        c.set_capacity(20);
+        c.set_capacity(20).unwrap();
         assert_eq!((c.len(), c.capacity()), (10, 20));
-        c.set_capacity(4);
+        c.set_capacity(4).unwrap();
         assert_eq!((c.len(), c.weighted_size(), c.capacity()), (4, 4, 4));
         assert_eq!(c.stats().evictions, 6);
-        c.set_capacity(0);
+        c.set_capacity(0).unwrap();
         assert_eq!((c.len(), c.weighted_size(), c.capacity()), (0, 0, 0));
         let f = c.get_or_build(1, |_| Ok::<_, ()>(5)).unwrap();
         assert_eq!(f.source, Source::Uncached);
-        c.set_capacity(3);
+        c.set_capacity(3).unwrap();
         assert_eq!(
             c.get_or_build(1, |_| Ok::<_, ()>(5)).unwrap().source,
             Source::Cached
@@ -969,7 +969,7 @@ fn the_listener_hears_every_cause_once() {
                   // still hears of it.
     c.put(2, 21).unwrap();
     assert!(c.invalidate(&3));
-    c.set_capacity(3);
+    c.set_capacity(3).unwrap();
     c.clear();
     let mut heard = heard.lock().unwrap().clone();
     assert_eq!(heard[0], (0, 0, RemovalCause::Replaced));
@@ -998,12 +998,12 @@ fn a_ranked_shrink_removes_the_lowest_ranks_first() {
         for i in 0..20 {
             c.insert(i, 100 - i).unwrap(); // value = rank: key 19 has the lowest
         }
-        c.set_capacity_by(5, |_, v| *v);
+        c.set_capacity_by(5, |_, v| *v).unwrap();
         let mut kept: Vec<u32> = (0..20).filter(|k| c.contains_key(k)).collect();
         kept.sort_unstable();
         assert_eq!(kept, vec![0, 1, 2, 3, 4]);
         assert_eq!(c.stats().evictions, 15);
-        c.set_capacity_by(0, |_, v| *v);
+        c.set_capacity_by(0, |_, v| *v).unwrap();
         assert!(c.is_empty());
     });
 }
@@ -1132,11 +1132,11 @@ fn shrinking_an_evicting_cache_evicts_in_policy_order_not_a_flush() {
             c.get(&i);
         }
     }
-    c.set_capacity(50);
+    c.set_capacity(50).unwrap();
     assert_eq!(c.len(), 50);
     let frequent = (0..20).filter(|k| c.contains_key(k)).count();
     assert_eq!(frequent, 20, "frequently used entries outlive a shrink");
-    c.set_capacity(200);
+    c.set_capacity(200).unwrap();
     assert_eq!(c.len(), 50, "growing keeps everything");
 }
 

@@ -133,13 +133,13 @@ fn shrinking_removes_least_recently_used_first_and_growing_keeps_all() {
     for k in [7, 8, 9, 0] {
         c.get(key(k)).unwrap();
     }
-    c.set_capacity_bytes(20 * 1000);
+    c.set_capacity_bytes(20 * 1000).unwrap();
     assert_eq!(c.len(), 10, "growing keeps every entry");
-    c.set_capacity_bytes(4 * 1000);
+    c.set_capacity_bytes(4 * 1000).unwrap();
     let mut kept: Vec<u64> = (0..10).filter(|k| c.get(key(*k)).is_some()).collect();
     kept.sort_unstable();
     assert_eq!(kept, vec![0, 7, 8, 9]);
-    c.set_capacity_mb(0);
+    c.set_capacity_mb(0).unwrap();
     assert_eq!((c.len(), c.size()), (0, 0));
 }
 
@@ -319,9 +319,9 @@ fn invalid_layouts_are_typed_errors() {
 #[test]
 fn capacity_in_mib_saturates() {
     let c = ConstantCache::new(DeviceKind::Cpu);
-    c.set_capacity_mb(u64::MAX);
+    c.set_capacity_mb(u64::MAX).unwrap();
     assert_eq!(c.capacity(), u64::MAX);
-    c.set_capacity_mb(3);
+    c.set_capacity_mb(3).unwrap();
     assert_eq!((c.capacity(), c.capacity_mb()), (3 * MIB, 3));
 }
 
@@ -394,7 +394,7 @@ fn capacity_changes_while_other_threads_read_and_build() {
     let mut round = 0u64;
     while round < 2000 || ops.load(Ordering::Relaxed) < 5000 {
         let bytes = [64 * 1024, 8 * 1024, 0, 32 * 1024][(round % 4) as usize];
-        c.set_capacity_bytes(bytes);
+        c.set_capacity_bytes(bytes).unwrap();
         // The shrink has finished: what is cached fits the new capacity.
         let (size, capacity) = c.size_and_capacity();
         assert!(
@@ -407,7 +407,7 @@ fn capacity_changes_while_other_threads_read_and_build() {
     for r in readers {
         r.join().unwrap();
     }
-    c.set_capacity_bytes(8 * 1024);
+    c.set_capacity_bytes(8 * 1024).unwrap();
     assert!(c.size() <= 8 * 1024);
     assert!(
         c.stats().evictions > 0,

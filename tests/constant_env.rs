@@ -60,14 +60,14 @@ fn the_environment_is_read_once_bad_fields_are_reported_and_the_api_overrides_it
     // Read once: a later change of the variable has no effect; the functional API overrides.
     std::env::set_var(ENV_VAR, "cpu:1");
     assert_eq!(constant::capacity_mb(DeviceKind::Cpu), 0);
-    constant::set_capacity_mb(DeviceKind::Cpu, 16);
+    constant::set_capacity_mb(DeviceKind::Cpu, 16).unwrap();
     assert_eq!(constant::capacity_mb(DeviceKind::Cpu), 16);
 
     // The legacy switch.
-    constant::set_enabled(false);
+    constant::set_enabled(false).unwrap();
     assert!(!constant::is_enabled());
     assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 0);
-    constant::set_enabled(true);
+    constant::set_enabled(true).unwrap();
     assert!(constant::is_enabled());
     assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), u64::MAX);
 }

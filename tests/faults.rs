@@ -81,7 +81,7 @@ fn chaos(when_full: WhenFull, seed: u64) {
                     5 => {
                         cache.remove(&key);
                     }
-                    6 if i % 500 == 0 => cache.set_capacity(rng.random_range(50..300)),
+                    6 if i % 500 == 0 => cache.set_capacity(rng.random_range(50..300)).unwrap(),
                     _ => {
                         if let Some(v) = cache.get(&key) {
                             assert_ne!(v.id % 23, 0, "a value whose weigher panicked was cached");
@@ -143,7 +143,9 @@ fn an_allocator_that_fails_at_random_leaks_nothing_and_keeps_the_budget() {
                 0 => {
                     cache.remove_if_exist(key);
                 }
-                1 if i % 200 == 0 => cache.set_capacity_bytes(rng.random_range(0..512) << 10),
+                1 if i % 200 == 0 => cache
+                    .set_capacity_bytes(rng.random_range(0..512) << 10)
+                    .unwrap(),
                 _ => match cache
                     .get_or_add(key, size, || ConstantBuffer::new(alloc.clone(), size, 64))
                 {

@@ -79,7 +79,7 @@ fn capacity_changes_while_the_share_adapts_keep_the_budget() {
     let cache: Cache<u64, u64> = Cache::builder().capacity(2_000).build().unwrap();
     let capacities = [2_000u64, 300, 0, 1, 5_000, 50, 2_000];
     for (round, cap) in capacities.into_iter().enumerate() {
-        cache.set_capacity(cap);
+        cache.set_capacity(cap).unwrap();
         assert_eq!(cache.weighted_size_and_capacity().1, cap);
         replay(&cache, stream(150_000, 10_000, round as u64 + 11));
         assert!(cache.weighted_size() <= cap);

@@ -159,8 +159,10 @@ fn every_layer_at_once_leaks_nothing_and_accounts_exactly() {
                         }
                     }
                     15 if k % 500 == 0 => {
-                        evicting.set_capacity(rng.random_range(200..800));
-                        constants.set_capacity_bytes(rng.random_range(256..2048) << 10);
+                        evicting.set_capacity(rng.random_range(200..800)).unwrap();
+                        constants
+                            .set_capacity_bytes(rng.random_range(256..2048) << 10)
+                            .unwrap();
                     }
                     _ => {
                         evicting.get(&(k % 800));

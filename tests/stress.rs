@@ -146,7 +146,7 @@ fn mixed_operations(threads: usize, n: usize) {
                                 }
                             }
                             _ => match (r >> 32) % 64 {
-                                0 => cache.set_capacity(1000 + (r >> 48) % 3000),
+                                0 => cache.set_capacity(1000 + (r >> 48) % 3000).unwrap(),
                                 1 => cache.clear(),
                                 _ => {
                                     let _ = cache.contains_key(&key);
@@ -250,7 +250,7 @@ fn few_keys_under_migration_leave_valid_tables() {
                     8 => {
                         cache.retain(|k, _| k % 2 == 0);
                     }
-                    _ => cache.set_capacity(1 + (r >> 32) % 6),
+                    _ => cache.set_capacity(1 + (r >> 32) % 6).unwrap(),
                 }
             }
         });

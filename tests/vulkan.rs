@@ -394,7 +394,7 @@ fn the_default_capacity_comes_from_the_device_budget() {
     // The user's setting wins over the budget.
     let gpu = VulkanAllocator::new(ctx.clone()).unwrap();
     let cache = vulkan::constant_cache(&gpu);
-    cache.set_capacity_mb(3);
+    cache.set_capacity_mb(3).unwrap();
     assert_eq!(cache.capacity(), 3 << 20);
     drop((cache, gpu));
     assert_clean_to_the_end(ctx);
@@ -861,7 +861,7 @@ fn a_budget_that_shrinks_while_entries_are_cached_keeps_the_accounting_exact() {
         (32, 32 << 20, 32 << 20)
     );
     // The cache follows the budget: what it evicts goes back to the device.
-    cache.set_capacity_bytes(12 << 20);
+    cache.set_capacity_bytes(12 << 20).unwrap();
     assert_eq!(
         cache.size(),
         gpu.used_bytes(),

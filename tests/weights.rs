@@ -38,10 +38,10 @@ fn entries_of_weight_zero_are_never_evicted_to_make_room() {
     assert!(cache.stats().evictions > 0);
     cache.__validate().unwrap();
     // A shrink keeps them too; a capacity of 0 disables the cache, which holds nothing.
-    cache.set_capacity(2);
+    cache.set_capacity(2).unwrap();
     assert_eq!((0..2_000).filter(|k| cache.get(k).is_some()).count(), 2_000);
     assert!(cache.weighted_size() <= 2);
-    cache.set_capacity(0);
+    cache.set_capacity(0).unwrap();
     assert_eq!(cache.len(), 0);
     cache.__validate().unwrap();
 }
@@ -82,7 +82,7 @@ fn a_rejecting_cache_keeps_weightless_entries_through_a_shrink() {
     for k in 0..50 {
         cache.put(k, k % 2).unwrap();
     }
-    cache.set_capacity(5);
+    cache.set_capacity(5).unwrap();
     assert_eq!(
         (0..50)
             .filter(|k| k % 2 == 0 && cache.get(k).is_some())

@@ -179,7 +179,7 @@ fn a_shrink_racing_an_insert_keeps_the_budget() {
             assert!(size <= cap);
             runcache::__loom_thread_exit();
         });
-        c.set_capacity(1);
+        c.set_capacity(1).unwrap();
         t.join().unwrap();
         let (size, cap) = c.weighted_size_and_capacity();
         assert!(size <= cap && cap == 1, "size {size}, capacity {cap}");
@@ -200,12 +200,12 @@ fn a_grow_racing_a_shrink_keeps_the_budget() {
         c.insert(2, 2).unwrap();
         let grower = c.clone();
         let g = thread::spawn(move || {
-            grower.set_capacity(3);
+            grower.set_capacity(3).unwrap();
             let (size, cap) = grower.weighted_size_and_capacity();
             assert!(size <= cap, "size {size}, capacity {cap}");
             runcache::__loom_thread_exit();
         });
-        c.set_capacity(1);
+        c.set_capacity(1).unwrap();
         let (size, cap) = c.weighted_size_and_capacity();
         assert!(size <= cap, "size {size}, capacity {cap}");
         g.join().unwrap();

@@ -143,7 +143,7 @@ fn a_shrink_racing_an_evicting_insert_keeps_the_budget() {
             assert!(size <= cap, "size {size} above capacity {cap}");
             runcache::__loom_thread_exit();
         });
-        c.set_capacity(1);
+        c.set_capacity(1).unwrap();
         inserter.join().unwrap();
         let (size, cap) = c.weighted_size_and_capacity();
         assert!(size <= cap && cap == 1, "size {size}, capacity {cap}");
@@ -225,7 +225,7 @@ fn a_cold_admission_races_the_first_warm_one_and_its_sweep() {
         inserter.join().unwrap();
         c.__validate()
             .expect("no entry queued twice or lost by the queues");
-        c.set_capacity(0);
+        c.set_capacity(0).unwrap();
         assert_eq!(c.len(), 0);
         assert_eq!(
             heard.0[0].load(Ordering::Relaxed),

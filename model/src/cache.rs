@@ -250,7 +250,7 @@ pub fn run(input: Input) -> Outcome {
             Op::Iter => iterates_as(&cache, &model.map, &at)?,
             Op::SetCapacity(c) => {
                 let c = u64::from(c % 48);
-                cache.set_capacity(c);
+                cache.set_capacity(c).unwrap();
                 model.capacity = c;
                 if c == 0 {
                     model.map.clear();

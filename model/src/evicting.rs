@@ -230,7 +230,7 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::SetCapacity(c) => {
                 capacity = u64::from(c % 48);
-                cache.set_capacity(capacity);
+                cache.set_capacity(capacity).unwrap();
                 follow(&events, &mut model, &at)?;
             }
             Op::Retain(n) => {

@@ -185,8 +185,14 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     ///
     /// It runs on the thread whose operation removed the value, after the cache is consistent
     /// again and holding nothing that another thread waits for; the value itself stays alive
-    /// while anyone holds a handle of it. If it panics, the panic reaches that operation's caller
-    /// and the cache stays consistent (the entry is already gone).
+    /// while anyone holds a handle of it.
+    ///
+    /// If it panics, the panic is caught, the operation that removed the value runs to its
+    /// end (an insert that evicted still caches its entry, a `clear` still removes every
+    /// entry, each budget stays exact), and then the panic resumes in that operation's caller.
+    /// The first panic of an operation is the one resumed; the listener stays installed and
+    /// hears every later removal. (moka disables a listener that panicked and Caffeine logs
+    /// the exception; here no removal goes unheard and no panic is hidden.)
     ///
     /// ```
     /// use runcache::RemovalCause;

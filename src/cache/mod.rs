@@ -13,7 +13,7 @@ pub use builder::{CacheBuilder, WhenFull};
 pub use outcome::{Fetched, Lookup, Source, Stats};
 pub use pinned::Pinned;
 
-use crate::error::InsertError;
+use crate::error::{CapacityError, InsertError};
 use crate::raw::{counter::Counter, RawCache, Served};
 pub use crate::raw::{Handle, RemovalCause, WeakHandle, MAX_SHARDS};
 use std::borrow::Borrow;
@@ -573,22 +573,29 @@ where
     /// that every `get_or_*` call builds and returns its value uncached. Calls racing each
     /// other leave the capacity at the target set last.
     ///
+    /// A shrink waits a moment for weight that entries being published hold; if that weight
+    /// still cannot be evicted then, it stops with a [`CapacityError`] saying where the
+    /// capacity stayed, rather than wait for ever.
+    ///
     /// ```
     /// let cache = runcache::Cache::new(100);
     /// for i in 0..100 {
     ///     cache.put(i, i).unwrap();
     /// }
-    /// cache.set_capacity(10); // removes entries until 10 remain
+    /// cache.set_capacity(10)?; // removes entries until 10 remain
     /// assert_eq!(cache.len(), 10);
     /// assert_eq!(cache.stats().evictions, 90);
     ///
-    /// cache.set_capacity(0); // clears and disables
+    /// cache.set_capacity(0)?; // clears and disables
     /// let built = cache.get_or_insert_with(1, || 1);
     /// assert_eq!(*built, 1);
     /// assert!(cache.is_empty(), "a disabled cache returns what it builds, uncached");
+    /// # Ok::<(), runcache::CapacityError>(())
     /// ```
-    pub fn set_capacity(&self, capacity: u64) {
-        self.raw.set_capacity(capacity);
+    pub fn set_capacity(&self, capacity: u64) -> Result<(), CapacityError> {
+        self.raw
+            .set_capacity(capacity)
+            .map_err(CapacityError::from_parts)
     }
 
     /// Like [`set_capacity`](Self::set_capacity), but a shrink removes the entries with the
@@ -601,12 +608,19 @@ where
     /// for (key, stamp) in [("old", 1u64), ("newer", 5), ("newest", 9)] {
     ///     cache.put(key, stamp).unwrap();
     /// }
-    /// cache.set_capacity_by(2, |_, &stamp| stamp);
+    /// cache.set_capacity_by(2, |_, &stamp| stamp)?;
     /// assert!(!cache.contains_key("old"));
     /// assert!(cache.contains_key("newer") && cache.contains_key("newest"));
+    /// # Ok::<(), runcache::CapacityError>(())
     /// ```
-    pub fn set_capacity_by<R: Ord>(&self, capacity: u64, rank: impl FnMut(&K, &V) -> R) {
-        self.raw.set_capacity_ranked(capacity, rank);
+    pub fn set_capacity_by<R: Ord>(
+        &self,
+        capacity: u64,
+        rank: impl FnMut(&K, &V) -> R,
+    ) -> Result<(), CapacityError> {
+        self.raw
+            .set_capacity_ranked(capacity, rank)
+            .map_err(CapacityError::from_parts)
     }
 
     /// The activity counters.

@@ -104,16 +104,18 @@ pub fn env_capacity_mb(kind: DeviceKind) -> Option<u64> {
     global().env.parsed.config.get(kind)
 }
 
-/// Sets the capacity of the process-wide cache of `kind`, in MiB (overrides the environment).
+/// Sets the capacity of the process-wide cache of `kind`, in MiB (overrides the environment);
+/// `Err` as [`ConstantCache::set_capacity_bytes`](super::ConstantCache::set_capacity_bytes).
 ///
 /// ```
 /// use runcache::constant::{self, DeviceKind};
 ///
-/// constant::set_capacity_mb(DeviceKind::Cpu, 1024);
+/// constant::set_capacity_mb(DeviceKind::Cpu, 1024)?;
 /// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), 1 << 30);
+/// # Ok::<(), runcache::CapacityError>(())
 /// ```
-pub fn set_capacity_mb(kind: DeviceKind, mb: u64) {
-    cache(kind).set_capacity_mb(mb);
+pub fn set_capacity_mb(kind: DeviceKind, mb: u64) -> Result<(), crate::CapacityError> {
+    cache(kind).set_capacity_mb(mb)
 }
 
 /// The capacity of the process-wide cache of `kind`, in MiB.
@@ -129,21 +131,25 @@ pub fn capacity_mb(kind: DeviceKind) -> u64 {
 }
 
 /// The legacy switch: `true` sets every process-wide cache to unlimited capacity, `false`
-/// to 0 (clear and off).
+/// to 0 (clear and off). Every kind is set; the first kind whose shrink stopped short is
+/// reported (see [`ConstantCache::set_capacity_bytes`](super::ConstantCache::set_capacity_bytes)).
 ///
 /// ```
 /// use runcache::constant::{self, DeviceKind};
 ///
-/// constant::set_enabled(false);
+/// constant::set_enabled(false)?;
 /// assert!(!constant::is_enabled());
 /// assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 0);
-/// constant::set_enabled(true);
+/// constant::set_enabled(true)?;
 /// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), u64::MAX);
+/// # Ok::<(), runcache::CapacityError>(())
 /// ```
-pub fn set_enabled(enabled: bool) {
-    for kind in DeviceKind::ALL {
-        cache(kind).set_capacity_bytes(if enabled { u64::MAX } else { 0 });
-    }
+pub fn set_enabled(enabled: bool) -> Result<(), crate::CapacityError> {
+    let bytes = if enabled { u64::MAX } else { 0 };
+    DeviceKind::ALL
+        .iter()
+        .map(|kind| cache(*kind).set_capacity_bytes(bytes))
+        .fold(Ok(()), Result::and)
 }
 
 /// Whether any process-wide cache has a capacity above 0.

@@ -601,7 +601,10 @@ impl ConstantCache {
     }
 
     /// Sets the capacity in bytes: a larger one keeps every buffer, a smaller one removes the
-    /// least recently used until the rest fits, 0 clears the cache and turns it off.
+    /// least recently used until the rest fits, 0 clears the cache and turns it off. A
+    /// [`CapacityError`](crate::CapacityError) if buffers still being added held weight the
+    /// shrink could not free (the capacity stays where it got to; see
+    /// [`Cache::set_capacity`](crate::Cache::set_capacity)).
     ///
     /// ```
     /// use runcache::constant::{ConstantCache, ConstantKey};
@@ -612,13 +615,15 @@ impl ConstantCache {
     ///     cache.get_or_add(ConstantKey::new(0, k), 100, || ConstantBuffer::host(100)).unwrap();
     /// }
     /// cache.get(ConstantKey::new(0, 0)); // key 0 is now the most recently used
-    /// cache.set_capacity_bytes(200); // removes the least recently used, key 1
+    /// cache.set_capacity_bytes(200)?; // removes the least recently used, key 1
     /// assert!(cache.get(ConstantKey::new(0, 0)).is_some());
     /// assert!(cache.get(ConstantKey::new(0, 1)).is_none());
+    /// # Ok::<(), runcache::CapacityError>(())
     /// ```
-    pub fn set_capacity_bytes(&self, bytes: u64) {
-        self.cache.set_capacity_by(bytes, |_, b| b.last_used());
+    pub fn set_capacity_bytes(&self, bytes: u64) -> Result<(), crate::CapacityError> {
+        let shrunk = self.cache.set_capacity_by(bytes, |_, b| b.last_used());
         self.cache.reclaim();
+        shrunk
     }
 
     /// Sets the capacity in MiB (saturating at `u64::MAX` bytes); see
@@ -629,13 +634,14 @@ impl ConstantCache {
     /// use runcache::DeviceKind;
     ///
     /// let cache = ConstantCache::new(DeviceKind::Cpu);
-    /// cache.set_capacity_mb(2);
+    /// cache.set_capacity_mb(2)?;
     /// assert_eq!(cache.capacity(), 2 << 20);
-    /// cache.set_capacity_mb(u64::MAX);
+    /// cache.set_capacity_mb(u64::MAX)?;
     /// assert_eq!(cache.capacity(), u64::MAX, "saturates");
+    /// # Ok::<(), runcache::CapacityError>(())
     /// ```
-    pub fn set_capacity_mb(&self, mb: u64) {
-        self.set_capacity_bytes(mb.saturating_mul(MIB));
+    pub fn set_capacity_mb(&self, mb: u64) -> Result<(), crate::CapacityError> {
+        self.set_capacity_bytes(mb.saturating_mul(MIB))
     }
 
     /// Bytes of buffers that are not in the cache — evicted, removed, or built but not cached

@@ -145,15 +145,25 @@ impl Budget {
     /// done, and leave the capacity at neither (the loom model
     /// `a_grow_racing_a_shrink_keeps_the_budget` found it). Every change is followed by its
     /// maker's check of the target, so the last one leaves the capacity at the last target.
-    pub(crate) fn set_capacity(&self, target: u64, mut evict_one: impl FnMut(u64) -> bool) {
+    ///
+    /// When nothing is left to evict, what holds the rest is weight being published (a
+    /// reservation whose entry lands in a moment): the call yields and tries again, for
+    /// [`SHRINK_PATIENCE`] fruitless rounds in a row at most. Then it gives up, leaving the
+    /// capacity where it got to: `Err((target, capacity))`.
+    pub(crate) fn set_capacity(
+        &self,
+        target: u64,
+        mut evict_one: impl FnMut(u64) -> bool,
+    ) -> Result<(), (u64, u64)> {
         // Relaxed: the target is one word; coherence alone makes every caller see the latest.
         self.target.store(target, Ordering::Relaxed);
+        let mut fruitless = 0;
         loop {
             // Relaxed: as above.
             let target = self.target.load(Ordering::Relaxed);
             let capacity = self.capacity();
             if capacity == target {
-                return;
+                return Ok(());
             }
             if target > capacity {
                 // Grow: the capacity first, then the room (B2). Relaxed: see `snapshot`.
@@ -198,13 +208,26 @@ impl Budget {
             }
             // Still above the target with no room left: the capacity already stops new
             // reservations at the reserved weight.
-            if !evict_one(target) {
-                // Only weight that is being published right now is left; it lands in a moment.
+            if evict_one(target) {
+                fruitless = 0;
+            } else {
+                // Only weight that is being published right now should be left; it lands in
+                // a moment, unless something holds it for good.
+                fruitless += 1;
+                if fruitless == SHRINK_PATIENCE {
+                    return Err((target, capacity));
+                }
                 yield_now();
             }
         }
     }
 }
+
+/// How many rounds in a row a shrink finds nothing to evict (each round yields the thread)
+/// before it stops and reports the weight it could not free: more waits longer for a
+/// publisher that was preempted between its reservation and its link; fewer gives up sooner
+/// on weight that never comes back (a defect elsewhere).
+pub(crate) const SHRINK_PATIENCE: u32 = 1 << 14;
 
 /// What a statistics counter counts.
 #[derive(Clone, Copy, Debug)]
@@ -425,8 +448,29 @@ mod tests {
             assert!(b.size() <= b.capacity());
             b.release(1);
             true
-        });
+        })
+        .unwrap();
         assert_eq!((b.size(), b.capacity()), (3, 3));
         assert_eq!(steps.first(), Some(&(8, 8)));
+    }
+
+    #[test]
+    fn a_shrink_that_can_free_nothing_gives_up_and_says_where_it_stopped() {
+        // Weight that never comes back (nothing to evict holds it) must not hold the shrink
+        // for ever: it takes the free room, then stops after its patience.
+        let b = Budget::new(10);
+        assert!(b.try_reserve(8));
+        let mut tries = 0;
+        let stuck = b.set_capacity(3, |_| {
+            tries += 1;
+            false
+        });
+        assert_eq!(stuck, Err((3, 8)));
+        assert_eq!(tries, SHRINK_PATIENCE);
+        assert_eq!((b.size(), b.capacity()), (8, 8));
+        // Once the weight returns, the next call finishes the job.
+        b.release(8);
+        assert_eq!(b.set_capacity(3, |_| false), Ok(()));
+        assert_eq!((b.size(), b.capacity()), (0, 3));
     }
 }

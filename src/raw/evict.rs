@@ -302,9 +302,10 @@ where
     }
 
     /// Changes the capacity; a shrink evicts in policy order (or, without a policy, in table
-    /// order) until the rest fits: never a full flush.
-    pub(crate) fn set_capacity(&self, capacity: u64) {
-        self.shrink(capacity, |target| match &self.policy {
+    /// order) until the rest fits: never a full flush. `Err((target, capacity))` if weight
+    /// that nothing can evict kept the capacity above the target (`Budget::set_capacity`).
+    pub(crate) fn set_capacity(&self, capacity: u64) -> Result<(), (u64, u64)> {
+        let shrunk = self.shrink(capacity, |target| match &self.policy {
             Some(policy) => {
                 let mut n = 0;
                 while self.budget.size() > target && self.evict_one(policy, target, 0).is_some() {
@@ -314,15 +315,17 @@ where
             }
             None => self.remove_while(RemovalCause::Capacity, true, || self.budget.size() > target),
         });
+        self.passing_on(shrunk)
     }
 
     /// Changes the capacity; a shrink removes cached entries in ascending `rank` order.
+    /// `Err` as [`set_capacity`](Self::set_capacity).
     pub(crate) fn set_capacity_ranked<R: Ord>(
         &self,
         capacity: u64,
         mut rank: impl FnMut(&K, &V) -> R,
-    ) {
-        self.shrink(capacity, |target| {
+    ) -> Result<(), (u64, u64)> {
+        let shrunk = self.shrink(capacity, |target| {
             let pin = self.pin();
             let mut ranked = Vec::new();
             for shard in self.shards.iter() {
@@ -358,23 +361,29 @@ where
             }
             removed
         });
+        self.passing_on(shrunk)
     }
 
     /// The shared part of a capacity change; `evict(target)` removes entries and says how
     /// many (the target in force, which a later call may have set).
-    pub(super) fn shrink(&self, capacity: u64, mut evict: impl FnMut(u64) -> usize) {
+    pub(super) fn shrink(
+        &self,
+        capacity: u64,
+        mut evict: impl FnMut(u64) -> usize,
+    ) -> Result<(), (u64, u64)> {
         let stats = self.pin().stats;
         self.budget.set_capacity(capacity, |target| {
             let n = evict(target);
             stats.bump_by(Counter::Eviction, n as u64);
             n > 0
-        });
+        })?;
         if self.budget.capacity() == 0 {
             // Zero-weight entries cost nothing, so the loop above may leave them; a disabled
             // cache holds nothing. New ones cannot land: no reservation succeeds at capacity 0.
             let n = self.remove_while(RemovalCause::Capacity, false, || true);
             stats.bump_by(Counter::Eviction, n as u64);
         }
+        Ok(())
     }
 }
 

@@ -18,7 +18,8 @@ where
 {
     /// Removes every cached entry; returns how many this call removed.
     pub(crate) fn clear(&self) -> usize {
-        self.remove_while(RemovalCause::Cleared, false, || true)
+        let removed = self.remove_while(RemovalCause::Cleared, false, || true);
+        self.passing_on(removed)
     }
 
     /// Removes cached entries, in table order, while `more()` says so.
@@ -94,6 +95,6 @@ where
         if removed > 0 {
             self.domain.pending().hand_over(&pin.guard);
         }
-        removed
+        self.passing_on(removed)
     }
 }

@@ -10,14 +10,24 @@ use super::handle::Handle;
 use super::node::{self, handle_of, hold, value_of, Node, NodeRef, View};
 use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause, Room};
+use crate::sync::local_key;
 use crossbeam_epoch::Guard;
+use std::any::Any;
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// The share of the capacity (one part in `HAND_OVER`) that a thread's retired values
 /// (removed, replaced or evicted) may weigh before it hands them to the collector (see
 /// `RawCache::retired`).
 const HAND_OVER: u64 = 64;
+
+local_key! {
+    /// The panic of a listener that an operation of this thread's caught, until the
+    /// operation ends and resumes it ([`RawCache::passing_on`]).
+    static UNHEARD: Cell<Option<Box<dyn Any + Send>>> = Cell::new(None);
+}
 
 impl<K, V, S> RawCache<K, V, S>
 where
@@ -38,6 +48,16 @@ where
     /// `hand_back`: whether the caller wants the replaced value back. When it does not (and
     /// no listener hears the replacement), no count of the old value is taken for it.
     pub(crate) fn insert(
+        &self,
+        key: K,
+        value: V,
+        hand_back: bool,
+    ) -> Result<Option<Handle<V>>, Refused<K, V>> {
+        let inserted = self.insert_or_replace(key, value, hand_back);
+        self.passing_on(inserted)
+    }
+
+    fn insert_or_replace(
         &self,
         key: K,
         value: V,
@@ -243,10 +263,34 @@ where
 
     /// Tells the listener, if any, that `value` left the cache. It runs after the cache is
     /// consistent again, holding nothing another thread waits for.
+    ///
+    /// A panic of the listener's is caught here, so that the operation around it (an
+    /// eviction holding weight for its newcomer, a `clear` half done) runs to its end, and
+    /// is kept for [`passing_on`](Self::passing_on) to resume in that operation's caller.
+    /// The first panic of an operation is kept; a later one is dropped.
     pub(super) fn notify(&self, key: &K, value: &Handle<V>, cause: RemovalCause) {
         if let Some(listener) = &self.listener {
-            listener(key, value, cause);
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(key, value, cause))) {
+                let _ = UNHEARD.try_with(|kept| {
+                    let first = kept.take().unwrap_or(panic);
+                    kept.set(Some(first));
+                });
+            }
         }
+    }
+
+    /// Ends a public operation that may have told the listener of removals: `result`, or,
+    /// if the listener panicked during the operation ([`notify`](Self::notify)), that panic,
+    /// resumed now that the cache is consistent. A cache without a listener reads nothing.
+    #[inline]
+    pub(crate) fn passing_on<T>(&self, result: T) -> T {
+        if self.listener.is_some() {
+            if let Some(panic) = UNHEARD.try_with(Cell::take).ok().flatten() {
+                drop(result);
+                resume_unwind(panic);
+            }
+        }
+        result
     }
 
     /// Removes a live node's value, if `pred` accepts the value cached at that moment, and
@@ -365,7 +409,7 @@ where
         let (weight, value) = self.take_if(node, shard, &pin, how, pred)?;
         pin.stats.bump(Counter::Removal);
         self.retired(&pin, weight, self.budget.capacity());
-        Some(value)
+        Some(self.passing_on(value))
     }
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>

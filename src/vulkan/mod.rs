@@ -184,7 +184,8 @@ pub fn constant_cache(allocator: &VulkanAllocator) -> ConstantCache {
 pub fn configure_process_cache(ctx: &VulkanContext) -> u64 {
     let cache = constant::cache(DeviceKind::Gpu);
     if constant::env_capacity_mb(DeviceKind::Gpu).is_none() {
-        cache.set_capacity_bytes(default_capacity(ctx));
+        // A shrink that stops short leaves the capacity it reached, which is what we return.
+        let _ = cache.set_capacity_bytes(default_capacity(ctx));
     }
     cache.capacity()
 }
@@ -197,6 +198,8 @@ pub fn configure_process_cache(ctx: &VulkanContext) -> u64 {
 /// when other work takes device memory, and grows back when it returns. A MiB setting from
 /// the user (the `gpu:` field of `RUNCACHE_CONSTANT_CACHE_CAPACITY`) wins: the capacity is
 /// then left alone. Without the extension the budget is the heap's size, which never moves.
+/// A shrink that stops short (see [`CapacityError`](crate::CapacityError)) returns the
+/// capacity it reached; the next call tries again.
 ///
 /// ```no_run
 /// use runcache::vulkan::{self, VulkanAllocator, VulkanContext};
@@ -224,8 +227,10 @@ pub fn follow_budget(allocator: &VulkanAllocator, cache: &ConstantCache) -> u64 
         _ => heap.size,
     };
     let capacity = available / 2;
-    if capacity != cache.capacity() {
-        cache.set_capacity_bytes(capacity);
+    if capacity != cache.capacity() && cache.set_capacity_bytes(capacity).is_err() {
+        // The shrink stopped short (`CapacityError`): the capacity it reached is in force,
+        // and the next call tries again.
+        return cache.capacity();
     }
     capacity
 }

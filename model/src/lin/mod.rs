@@ -313,7 +313,7 @@ fn perform(
             Ret::Done
         }
         Call::SetCapacity(c) => {
-            cache.set_capacity(c);
+            cache.set_capacity(c).unwrap();
             Ret::Done
         }
     }

@@ -58,7 +58,8 @@ where
         if let Some(value) = self.hit(hash, |k| *k == key) {
             return Ok(Served::Hit(value));
         }
-        self.build_or_wait_async(key, hash, build).await
+        let served = self.build_or_wait_async(key, hash, build).await;
+        self.passing_on(served)
     }
 
     /// [`get_or_build_async`](Self::get_or_build_async) for the key that `eq` accepts, found
@@ -82,7 +83,8 @@ where
         }
         let key = key();
         debug_assert_eq!(self.hash(&key), hash, "`key()` hashes as `probe`");
-        self.build_or_wait_async(key, hash, build).await
+        let served = self.build_or_wait_async(key, hash, build).await;
+        self.passing_on(served)
     }
 
     /// The async single-flight path after a first look missed: builds the key's entry (with

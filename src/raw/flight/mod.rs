@@ -56,7 +56,10 @@ where
         let hash = self.hash(&key);
         match self.hit(hash, |k| *k == key) {
             Some(value) => Served::Hit(value),
-            None => self.build_or_wait(key, hash, build),
+            None => {
+                let served = self.build_or_wait(key, hash, build);
+                self.passing_on(served)
+            }
         }
     }
 
@@ -82,7 +85,8 @@ where
         }
         let key = key();
         debug_assert_eq!(self.hash(&key), hash, "`key()` hashes as `probe`");
-        self.build_or_wait(key, hash, build)
+        let served = self.build_or_wait(key, hash, build);
+        self.passing_on(served)
     }
 
     /// The first look of the single-flight path: the cached value, as [`lookup`]
