@@ -6,10 +6,11 @@
 //! crossbeam-epoch's free `pin()` uses one global collector; runcache gives every cache its own
 //! so that caches (and tests, and loom models) never share garbage, and so that the last
 //! handle to a cache's collector runs every deferred destructor of that cache (invariant
-//! **I7**). Registering a thread with a collector allocates, so each thread keeps a small
-//! thread-local list of its [`Registration`]s (`registry.rs`), one per cache it used: its
-//! handle, its statistics block and its batch of retirements. Pinning checks the entry the
-//! thread used last (one compare), else scans that list (usually one entry), then calls
+//! **I7**). Registering a thread with a collector allocates, so each thread keeps a
+//! thread-local map of its [`Registration`]s (`registry.rs`) by cache id, one per cache it
+//! used: its handle, its statistics block and its batch of retirements. Pinning checks the
+//! entry the thread used last (one compare), else looks the id up in that map (one hash, so a
+//! thread that has used ten thousand caches pays what one that used ten does), then calls
 //! crossbeam's own pin. The cache keeps every registration in its own list too, so that it
 //! can reach them all: see `retire.rs` for how retirements travel, and the teardown below.
 //!
@@ -22,7 +23,7 @@
 //! exiting) finishes first. Then the cache's own reference is the collector's last, so every
 //! deferred destructor of the cache runs before `drop` returns. A thread's entry for a dropped
 //! cache keeps only the few words of its released registration, until the thread registers
-//! with any cache (which prunes it) or exits. Values still in the table are dropped by the
+//! with enough caches to prune its map (`Locals::prune`) or exits. Values still in the table are dropped by the
 //! cache's own `Drop`, exactly once, at once.
 //!
 //! When the thread-local list cannot be used (during thread teardown, or re-entrantly from a
@@ -67,9 +68,11 @@ mod retire;
 use super::counter::{StatsBlock, StatsRegistry};
 use crate::sync::{yield_now, Ordering};
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
+use foldhash::fast::FixedState;
 use registry::Registration;
 pub(crate) use retire::Pending;
 use std::cell::{Cell, RefCell, UnsafeCell};
+use std::collections::HashMap;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::{Arc, Weak};
 
@@ -145,9 +148,54 @@ impl Last {
     }
 }
 
+/// A thread's entries, one per cache it used, by cache id: a lookup costs the same with ten
+/// caches or ten thousand (a thread that round-robins over many caches looks one up on
+/// every pin).
+struct Locals {
+    by_id: HashMap<u64, Local, FixedState>,
+    /// The entry count at which the next registration first prunes the entries of dropped
+    /// caches: twice the live count after the last prune (at least [`PRUNE_FLOOR`]), so a
+    /// prune's walk is paid for by as many registrations as it walks.
+    prune_at: usize,
+}
+
+/// The fewest entries a thread keeps before it prunes those of dropped caches: fewer prunes
+/// more often (each a walk of the entries), more keeps more released registrations (a few
+/// words each) around.
+const PRUNE_FLOOR: usize = 16;
+
+impl Locals {
+    fn new() -> Self {
+        Self {
+            by_id: HashMap::with_hasher(FixedState::default()),
+            prune_at: PRUNE_FLOOR,
+        }
+    }
+
+    /// Takes out the entries of dropped caches, if a prune is due; the caller drops them
+    /// once it no longer borrows the list.
+    fn prune(&mut self) -> Vec<Local> {
+        if self.by_id.len() < self.prune_at {
+            return Vec::new();
+        }
+        let dead: Vec<u64> = self
+            .by_id
+            .values()
+            .filter(|l| l.alive.strong_count() == 0)
+            .map(|l| l.id)
+            .collect();
+        let dead = dead
+            .into_iter()
+            .filter_map(|id| self.by_id.remove(&id))
+            .collect();
+        self.prune_at = (2 * self.by_id.len()).max(PRUNE_FLOOR);
+        dead
+    }
+}
+
 struct ThreadState {
     token: Cell<u64>,
-    locals: RefCell<Vec<Local>>,
+    locals: RefCell<Locals>,
     /// The entry of `locals` that the last pin used, so a thread that works with one cache
     /// at a time skips the borrow and the scan. It stays valid while that cache lives: an
     /// entry leaves `locals` only when its cache drops (ids are never reused, so a stale
@@ -159,7 +207,7 @@ struct ThreadState {
 crate::sync::local_key! {
     static THREAD: ThreadState = ThreadState {
         token: Cell::new(0),
-        locals: RefCell::new(Vec::new()),
+        locals: RefCell::new(Locals::new()),
         last: Last {
             id: Cell::new(0),
             handle: UnsafeCell::new(MaybeUninit::uninit()),
@@ -185,7 +233,7 @@ impl ThreadState {
             return Some(f(reg));
         }
         let locals = self.locals.try_borrow().ok()?;
-        let local = locals.iter().find(|l| l.id == id)?;
+        let local = locals.by_id.get(&id)?;
         Some(f(&local.reg))
     }
 }
@@ -221,8 +269,8 @@ pub(crate) fn release_thread() {
         t.last.id.set(0);
         t.locals
             .try_borrow_mut()
-            .map(|mut l| std::mem::take(&mut *l))
-            .unwrap_or_default()
+            .map(|mut l| std::mem::replace(&mut *l, Locals::new()))
+            .ok()
     });
     drop(locals);
 }
@@ -273,7 +321,7 @@ impl Domain {
     fn pin_slow(&self) -> (Guard, &StatsBlock) {
         let found = THREAD.try_with(|t| {
             let locals = t.locals.try_borrow().ok()?;
-            let local = locals.iter().find(|l| l.id == self.id)?;
+            let local = locals.by_id.get(&self.id)?;
             t.last.set(local);
             t.last.get(self.id)
         });
@@ -307,10 +355,7 @@ impl Domain {
         let (found, dead) = THREAD
             .try_with(|t| {
                 let mut locals = t.locals.try_borrow_mut().ok()?;
-                let (live, dead): (Vec<Local>, Vec<Local>) = std::mem::take(&mut *locals)
-                    .into_iter()
-                    .partition(|l| l.alive.strong_count() > 0);
-                *locals = live;
+                let dead = locals.prune();
                 let reg = self
                     .pending
                     .registry
@@ -322,7 +367,7 @@ impl Domain {
                     pending: Arc::clone(&self.pending),
                 };
                 t.last.set(&local);
-                locals.push(local);
+                locals.by_id.insert(self.id, local);
                 Some((t.last.get(self.id)?, dead))
             })
             .ok()??;
@@ -386,8 +431,7 @@ impl Drop for Domain {
                 t.last.id.set(0);
             }
             let mut locals = t.locals.try_borrow_mut().ok()?;
-            let i = locals.iter().position(|l| l.id == self.id)?;
-            Some(locals.swap_remove(i))
+            locals.by_id.remove(&self.id)
         });
         // Dropped outside the borrow (see `register`): this releases this thread's own
         // registration.
@@ -459,6 +503,54 @@ mod tests {
             "the panic reaches whoever dropped the batch"
         );
         assert_eq!(*order.borrow(), (0..BATCH).collect::<Vec<_>>());
+    }
+
+    /// This thread's entry count, for the tests.
+    fn entries() -> usize {
+        THREAD.with(|t| t.locals.borrow().by_id.len())
+    }
+
+    #[test]
+    fn a_thread_keeps_one_entry_per_live_cache_and_prunes_the_dropped_ones() {
+        std::thread::spawn(|| {
+            let live: Vec<Domain> = (0..100).map(|_| Domain::new()).collect();
+            for d in &live {
+                drop(d.pin());
+            }
+            // Pinning each again, in any order, finds its entry: no new one is made.
+            for d in live.iter().rev() {
+                drop(d.pin());
+            }
+            assert_eq!(entries(), 100);
+            // Caches made, used and dropped: a dropped cache takes its entry on this thread
+            // with it.
+            for _ in 0..1_000 {
+                let d = Domain::new();
+                drop(d.pin());
+            }
+            assert_eq!(entries(), 100);
+            // Caches that another thread drops leave this thread's entries behind (released,
+            // a few words each); this thread prunes them once its map has doubled, so it
+            // never holds much more than twice its live entries.
+            let elsewhere: Vec<Domain> = (0..1_000).map(|_| Domain::new()).collect();
+            for d in &elsewhere {
+                drop(d.pin());
+            }
+            assert_eq!(entries(), 1_100);
+            std::thread::spawn(move || drop(elsewhere)).join().unwrap();
+            let most = THREAD.with(|t| t.locals.borrow().prune_at);
+            assert!(most <= 2 * 1_100);
+            let more: Vec<Domain> = (0..1_000).map(|_| Domain::new()).collect();
+            for d in &more {
+                drop(d.pin());
+                assert!(entries() <= most);
+            }
+            assert_eq!(entries(), 1_100, "the dropped caches' entries were pruned");
+            let mine = |d: &Domain| THREAD.with(|t| t.locals.borrow().by_id.contains_key(&d.id));
+            assert!(live.iter().chain(&more).all(mine));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
