@@ -153,6 +153,55 @@ fn clear_owner_removes_exactly_what_that_owner_stored() {
 }
 
 #[test]
+fn clear_owner_removes_the_groups_it_leaves_empty_and_only_those() {
+    // Ten thousand executors, each with its own shape, each cleared when done: no empty
+    // group is left behind (they used to stay until `clear_session`).
+    let c = Blobs::new(0);
+    for e in 0..10_000u64 {
+        let owner = c.owner(OwnerId(e));
+        owner.set(&0, &vec![e as usize], &name("w"), e);
+        owner.get_or_insert_with(&0, &vec![e as usize], &name("b"), || e);
+        c.clear_owner(OwnerId(e));
+    }
+    assert_eq!((c.len(), c.group_count(&0)), (0, 0));
+    // A group that still holds another owner's entry, or an entry of no owner, stays.
+    c.owner(OwnerId(1)).set(&0, &vec![1], &name("a"), 1);
+    c.owner(OwnerId(2)).set(&0, &vec![1], &name("b"), 2);
+    c.owner(OwnerId(1)).set(&0, &vec![2], &name("a"), 3);
+    c.set(&0, &vec![2], &name("free"), 4);
+    c.clear_owner(OwnerId(1));
+    assert_eq!((c.len(), c.group_count(&0)), (2, 2));
+    c.clear_owner(OwnerId(2));
+    assert_eq!((c.len(), c.group_count(&0)), (1, 1));
+    // The group limit still counts right after groups left: two more shapes fit, a third
+    // evicts the oldest (shape 2, holding "free").
+    let bounded = Blobs::new(2);
+    bounded.owner(OwnerId(9)).set(&0, &vec![1], &name("a"), 1);
+    bounded.set(&0, &vec![2], &name("free"), 2);
+    bounded.clear_owner(OwnerId(9));
+    assert_eq!(bounded.group_count(&0), 1);
+    bounded.set(&0, &vec![3], &name("c"), 3);
+    assert_eq!((bounded.group_count(&0), bounded.len()), (2, 2));
+    bounded.set(&0, &vec![4], &name("d"), 4);
+    assert_eq!((bounded.group_count(&0), bounded.len()), (2, 2));
+    assert!(
+        bounded.get(&0, &vec![2], "free").is_none(),
+        "the oldest went"
+    );
+    // A shape made again after its group left is a new group, which a stale entry of the
+    // old one in the session's order never evicts early.
+    bounded.owner(OwnerId(10)).set(&0, &vec![3], &name("c"), 30);
+    bounded.clear_owner(OwnerId(10));
+    assert_eq!(bounded.group_count(&0), 1);
+    bounded.set(&0, &vec![3], &name("again"), 5);
+    bounded.set(&0, &vec![5], &name("e"), 6);
+    assert_eq!(bounded.group_count(&0), 2);
+    assert_eq!(bounded.get(&0, &vec![3], "again").as_deref(), Some(&5));
+    assert_eq!(bounded.get(&0, &vec![5], "e").as_deref(), Some(&6));
+    assert!(bounded.get(&0, &vec![4], "d").is_none());
+}
+
+#[test]
 fn holds_defer_owner_clears_until_the_last_one_drops() {
     let c = Blobs::new(0);
     c.owner(OwnerId(5)).set(&0, &vec![1], &name("inner"), 1);

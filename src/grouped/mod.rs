@@ -12,7 +12,8 @@
 //!   its hash map lists first — in effect a random one.)
 //! - [`clear_session`](GroupedCache::clear_session), [`clear`](GroupedCache::clear), and
 //!   [`clear_owner`](GroupedCache::clear_owner), which removes exactly what one owner (an
-//!   executor) created, so a finished executor releases its objects without touching others'.
+//!   executor) created, so a finished executor releases its objects without touching others',
+//!   and the groups that leaves empty.
 //! - Nested executors: instead of Paddle's "skip the next clear" counter, which a missed or
 //!   extra call silently desynchronizes, an executor that runs others holds a
 //!   [`ClearHold`]. While any hold lives, `clear_owner` calls are deferred, and they run when
@@ -58,23 +59,41 @@ use std::hash::Hash;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OwnerId(pub u64);
 
-struct Group<N> {
+struct Group<G, N> {
     /// Names stored in this group (duplicates are harmless: removal is idempotent).
     names: SegQueue<N>,
     evicted: AtomicBool,
+    /// Entries of this group cached now, as far as `clear_owner` needs: counted when a
+    /// store makes a new key, uncounted when `clear_owner` removes one. At 0 the group goes.
+    entries: AtomicUsize,
+    /// Tells this group from an earlier one of the same key in its session's order.
+    serial: u64,
+    /// The session whose order lists it, whose count it is in.
+    session: Handle<Session<G>>,
 }
 
-struct Session<G, N> {
-    groups: Cache<G, Group<N>>,
-    /// Groups in creation order (oldest first).
-    order: SegQueue<G>,
+/// Serials of groups; never reused. A std atomic on purpose (as the epoch's ids): a
+/// `static` needs a `const` constructor, which loom's atomics lack, and a serial orders
+/// nothing.
+static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A session's groups in creation order; the groups themselves are in the grouped cache's
+/// one table of groups, so a session costs two words and a queue, not a cache of its own.
+struct Session<G> {
+    /// Groups in creation order (oldest first), each with its serial: an entry whose group
+    /// has gone (`clear_owner` removed it empty) is passed over.
+    order: SegQueue<(G, u64)>,
     count: AtomicUsize,
 }
+
+/// One store of an owner's: the key, the value stored, and the serial of the group it was
+/// stored in.
+type Logged<S, G, N, V> = ((S, G, N), WeakHandle<V>, u64);
 
 /// What one owner inserted: keys and the exact values, so `clear_owner` never removes a
 /// value another owner put there later.
 struct OwnerLog<S, G, N, V> {
-    entries: SegQueue<((S, G, N), WeakHandle<V>)>,
+    entries: SegQueue<Logged<S, G, N, V>>,
 }
 
 /// Trait bounds shared by the key parts.
@@ -108,9 +127,9 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> Part for T {}
 pub struct GroupedCache<S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
     groups_per_session: usize,
     values: Cache<(S, G, N), V>,
-    sessions: Cache<S, Session<G, N>>,
-    /// Every session created, for `clear`.
-    session_ids: SegQueue<S>,
+    /// Every session's groups, in one table keyed by `(session, group)`.
+    groups: Cache<(S, G), Group<G, N>>,
+    sessions: Cache<S, Session<G>>,
     owners: Cache<OwnerId, OwnerLog<S, G, N, V>>,
     holds: AtomicUsize,
     deferred: SegQueue<OwnerId>,
@@ -170,8 +189,8 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         Self {
             groups_per_session,
             values: unbounded(),
+            groups: unbounded(),
             sessions: unbounded(),
-            session_ids: SegQueue::new(),
             owners: unbounded(),
             holds: AtomicUsize::new(0),
             deferred: SegQueue::new(),
@@ -286,7 +305,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
             Ok(old) => old,
             Err(_) => unreachable!("the value table never refuses (unbounded, rejecting)"),
         };
-        self.record(owner, &group, key);
+        self.record(owner, &group, key, old.is_none());
         old
     }
 
@@ -344,7 +363,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         s: &'a S,
         g: &'a G,
         n: &'a N,
-        group: &'a mut Option<Handle<Group<N>>>,
+        group: &'a mut Option<Handle<Group<G, N>>>,
     ) -> impl FnOnce() -> (S, G, N) + 'a {
         move || {
             *group = Some(self.ensure_group(s, g));
@@ -357,27 +376,33 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     fn built(
         &self,
         owner: Option<OwnerId>,
-        group: Option<Handle<Group<N>>>,
+        group: Option<Handle<Group<G, N>>>,
         fetched: Fetched<V>,
         (s, g, n): (&S, &G, &N),
     ) -> Handle<V> {
         if fetched.source == Source::Cached {
             let group = group.expect("a cached build follows a miss, which made the group");
-            self.record(owner, &group, (s.clone(), g.clone(), n.clone()));
+            self.record(owner, &group, (s.clone(), g.clone(), n.clone()), true);
         }
         fetched.value
     }
 
-    /// Notes a stored key in its group (and its owner's log); if the group was evicted
-    /// meanwhile, removes the entry again so nothing outlives its group.
-    fn record(&self, owner: Option<OwnerId>, group: &Group<N>, key: (S, G, N)) {
+    /// Notes a stored key in its group (and its owner's log), counting it if the store made
+    /// it (`new`); if the group was evicted meanwhile, removes the entry again so nothing
+    /// outlives its group.
+    fn record(&self, owner: Option<OwnerId>, group: &Group<G, N>, key: (S, G, N), new: bool) {
         group.names.push(key.2.clone());
+        if new {
+            // Relaxed: see `uncount`.
+            group.entries.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(owner) = owner {
             if let Some(current) = self.values.get(&key) {
                 let log = self.owners.get_or_insert_with(owner, || OwnerLog {
                     entries: SegQueue::new(),
                 });
-                log.entries.push((key.clone(), Handle::downgrade(&current)));
+                log.entries
+                    .push((key.clone(), Handle::downgrade(&current), group.serial));
             }
         }
         // SeqCst: pairs with the fence in `evict_group`: either the evictor sees the name we
@@ -390,7 +415,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// The group `(s, g)`, created if missing; creating it may evict the session's oldest.
-    fn ensure_group(&self, s: &S, g: &G) -> Handle<Group<N>> {
+    fn ensure_group(&self, s: &S, g: &G) -> Handle<Group<G, N>> {
         let session = self
             .sessions
             .get_or_build_from(
@@ -399,33 +424,34 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                 || s.clone(),
                 |_| {
                     Ok::<_, ()>(Session {
-                        groups: unbounded(),
                         order: SegQueue::new(),
                         count: AtomicUsize::new(0),
                     })
                 },
             )
-            .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
-        if session.source == Source::Cached {
-            self.session_ids.push(s.clone());
-        }
-        let session = session.value;
-        let fetched = session
+            .unwrap_or_else(|_| unreachable!("the builder cannot fail"))
+            .value;
+        let fetched = self
             .groups
             .get_or_build_from(
-                g,
-                |k| k == g,
-                || g.clone(),
+                // A tuple of references hashes exactly as the owned tuple key does.
+                &(s, g),
+                |(ks, kg)| ks == s && kg == g,
+                || (s.clone(), g.clone()),
                 |_| {
                     Ok::<_, ()>(Group {
                         names: SegQueue::new(),
                         evicted: AtomicBool::new(false),
+                        entries: AtomicUsize::new(0),
+                        // Relaxed: only uniqueness matters.
+                        serial: NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        session: session.clone(),
                     })
                 },
             )
             .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
         if fetched.source == Source::Cached {
-            session.order.push(g.clone());
+            session.order.push((g.clone(), fetched.value.serial));
             // Relaxed: the count is one word; the order queue decides which group goes.
             let now = session.count.fetch_add(1, Ordering::Relaxed) + 1;
             if self.groups_per_session > 0 && now > self.groups_per_session {
@@ -441,7 +467,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     /// group, so concurrent evictors never act on a count that another's pending decrement
     /// inflates; otherwise two new groups could evict each other. (Found by the loom model
     /// `a_set_into_an_evicted_group_leaves_no_orphan`.)
-    fn evict_excess(&self, s: &S, session: &Session<G, N>) {
+    fn evict_excess(&self, s: &S, session: &Session<G>) {
         loop {
             // Relaxed: see `ensure_group`.
             let count = session.count.load(Ordering::Relaxed);
@@ -456,18 +482,24 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                 continue;
             }
             // Every counted group was pushed before it was counted, so this finds one.
-            let Some(oldest) = session.order.pop() else {
+            let Some((oldest, serial)) = session.order.pop() else {
                 session.count.fetch_add(1, Ordering::Relaxed);
                 return;
             };
-            if let Some(group) = session.groups.remove(&oldest) {
-                self.evict_group(s, &oldest, &group);
+            let key = (s.clone(), oldest);
+            match self.groups.remove_if(&key, |group| group.serial == serial) {
+                Some(group) => self.evict_group(s, &key.1, &group),
+                // Gone already, uncounted by whoever removed it (`clear_owner`): the count
+                // claimed was another group's.
+                None => {
+                    session.count.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
 
     /// Removes every entry of a group that was just taken out of its session.
-    fn evict_group(&self, s: &S, g: &G, group: &Group<N>) {
+    fn evict_group(&self, s: &S, g: &G, group: &Group<G, N>) {
         // Relaxed: ordered by the fence.
         group.evicted.store(true, Ordering::Relaxed);
         // SeqCst: pairs with the fence in `record` (see there).
@@ -492,11 +524,12 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         let Some(sess) = self.sessions.remove(session) else {
             return;
         };
-        while let Some(g) = sess.order.pop() {
+        while let Some((g, serial)) = sess.order.pop() {
             // Relaxed: as in `evict_excess`, popping claims one count.
             sess.count.fetch_sub(1, Ordering::Relaxed);
-            if let Some(group) = sess.groups.remove(&g) {
-                self.evict_group(session, &g, &group);
+            let key = (session.clone(), g);
+            if let Some(group) = self.groups.remove_if(&key, |group| group.serial == serial) {
+                self.evict_group(session, &key.1, &group);
             }
         }
     }
@@ -513,14 +546,17 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     /// assert!(cache.is_empty());
     /// ```
     pub fn clear(&self) {
-        while let Some(s) = self.session_ids.pop() {
-            self.clear_session(&s);
+        let sessions: Vec<S> = self.sessions.pin().iter().map(|(s, _)| s.clone()).collect();
+        for s in &sessions {
+            self.clear_session(s);
         }
         self.values.clear();
     }
 
     /// Removes every entry `owner` stored that still holds the value it stored (an entry
-    /// another owner replaced since is left alone). Deferred while a [`ClearHold`] lives.
+    /// another owner replaced since is left alone), and every group that leaves empty (a
+    /// store into such a group at that very moment may be undone with it, as when a group is
+    /// evicted). Deferred while a [`ClearHold`] lives.
     ///
     /// ```
     /// use runcache::grouped::{GroupedCache, OwnerId};
@@ -550,10 +586,41 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         let Some(log) = self.owners.remove(&owner) else {
             return;
         };
-        while let Some((key, mine)) = log.entries.pop() {
-            if let Some(mine) = mine.upgrade() {
-                self.values.remove_if(&key, |v| std::ptr::eq(v, &*mine));
+        while let Some((key, mine, serial)) = log.entries.pop() {
+            let Some(mine) = mine.upgrade() else {
+                continue;
+            };
+            if self
+                .values
+                .remove_if(&key, |v| std::ptr::eq(v, &*mine))
+                .is_some()
+            {
+                self.uncount(key, serial);
             }
+        }
+    }
+
+    /// Uncounts an entry `clear_owner` removed from its group, and removes the group (from
+    /// the table and its session's count) if that left it empty, so that finished owners
+    /// leave no empty groups behind. A store into that group at the same moment may be
+    /// undone with it, as when a group is evicted (`record`).
+    fn uncount(&self, (s, g, _): (S, G, N), serial: u64) {
+        let key = (s, g);
+        // Not the group it was stored in (that one was evicted): nothing to uncount.
+        let Some(group) = self.groups.get(&key).filter(|now| now.serial == serial) else {
+            return;
+        };
+        // Relaxed: a count; the group's removal is ordered by `evict_group`'s fence.
+        if group.entries.fetch_sub(1, Ordering::Relaxed) != 1 {
+            return;
+        }
+        let gone = self.groups.remove_if(&key, |now| {
+            std::ptr::eq(now, &*group) && now.entries.load(Ordering::Relaxed) == 0
+        });
+        if gone.is_some() {
+            self.evict_group(&key.0, &key.1, &group);
+            // Relaxed: as in `evict_excess`; its order entry is passed over there.
+            group.session.count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

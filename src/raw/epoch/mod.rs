@@ -193,6 +193,18 @@ impl Locals {
     }
 }
 
+impl Drop for Locals {
+    /// Releases the entries oldest first, in the order they were made, as the list this map
+    /// replaced did: releasing one may run destructors that use caches registered after it.
+    fn drop(&mut self) {
+        let mut all: Vec<Local> = self.by_id.drain().map(|(_, local)| local).collect();
+        all.sort_unstable_by_key(|local| local.id);
+        for local in all {
+            drop(local);
+        }
+    }
+}
+
 struct ThreadState {
     token: Cell<u64>,
     locals: RefCell<Locals>,
