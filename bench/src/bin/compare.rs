@@ -1225,8 +1225,9 @@ fn main() -> ExitCode {
 /// The sections `--write` carries over into `docs/BENCHMARKS.md` from files of their own:
 /// figures that `compare` does not measure (the runtime end to end) or that came from another
 /// machine. A missing file leaves its section out.
-const INCLUDED: [(&str, &str); 2] = [
+const INCLUDED: [(&str, &str); 3] = [
     ("End to end: the runtime", "docs/bench/runtime.md"),
+    ("Many caches and many sessions", "docs/bench/many.md"),
     (
         "On a lent 16-core machine (H200 host)",
         "docs/bench/lent-16-cores.md",
