@@ -1,6 +1,7 @@
 //! The grouped cache (session → group → name) against a model: groups per session are bounded
 //! and the oldest group by creation goes whole; sessions, everything and one owner's entries
-//! can be cleared; owner clears wait while a hold lives.
+//! can be cleared (with the groups an owner's clear leaves empty); owner clears wait while a
+//! hold lives.
 
 use crate::{ensure_eq, Outcome};
 use arbitrary::Arbitrary;
@@ -61,10 +62,18 @@ impl Model {
         self.values.retain(|k, _| k.0 != s);
     }
 
+    /// Removes what `owner` stored that still holds its value, and every group that leaves
+    /// empty.
     fn clear_owner_now(&mut self, owner: u8) {
         for (key, v) in self.logs.remove(&owner).unwrap_or_default() {
             if self.values.get(&key) == Some(&v) {
                 self.values.remove(&key);
+                let (s, g) = (key.0, key.1);
+                if !self.values.keys().any(|k| k.0 == s && k.1 == g) {
+                    if let Some(groups) = self.sessions.get_mut(&s) {
+                        groups.retain(|x| *x != g);
+                    }
+                }
             }
         }
     }
