@@ -117,7 +117,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `vulkan` | no | [`vulkan`]: GPU constant buffers in Vulkan device memory (ash, loaded at run time, and gpu-allocator) |
+//! | `vulkan` | no | the `vulkan` module: GPU constant buffers in Vulkan device memory (ash, loaded at run time, and gpu-allocator) |
 //!
 //! Everything else (the core cache, the constant, grouped and multi caches, the pool manager)
 //! is always built.

@@ -137,6 +137,31 @@ pub struct CapacityParseError {
     pub position: usize,
 }
 
+impl CapacityParseError {
+    /// What the error leaves undone, for a report of it: a bad separator or an empty string
+    /// sets nothing wrong (the other fields apply), a bad field leaves its kind at the default
+    /// capacity (0, off).
+    ///
+    /// ```
+    /// use runcache::constant::parse_capacity_config;
+    ///
+    /// let parsed = parse_capacity_config("cpu:2;gpu:x;");
+    /// assert_eq!(parsed.errors[0].consequence(), "that device kind keeps its default capacity (0)");
+    /// assert_eq!(parsed.errors[1].consequence(), "ignored: the other fields apply");
+    /// ```
+    pub fn consequence(&self) -> &'static str {
+        use CapacityParseErrorKind as K;
+        match self.kind {
+            K::Empty => "every device kind keeps its default capacity (0)",
+            K::EmptyField | K::TrailingSeparator => "ignored: the other fields apply",
+            K::DuplicateDevice => {
+                "neither value applies: that device kind keeps its default capacity (0)"
+            }
+            _ => "that device kind keeps its default capacity (0)",
+        }
+    }
+}
+
 impl fmt::Display for CapacityParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use CapacityParseErrorKind as K;
@@ -228,7 +253,7 @@ pub fn parse_capacity_config(s: &str) -> ParsedCapacity {
         token: token.to_string(),
         position,
     };
-    if s.is_empty() {
+    if s.trim_ascii().is_empty() {
         out.errors.push(err(K::Empty, "", 0));
         return out;
     }
@@ -237,9 +262,12 @@ pub fn parse_capacity_config(s: &str) -> ParsedCapacity {
     let fields: Vec<(usize, &str)> = split_with_offsets(s);
     let last = fields.len() - 1;
     for (i, (at, field)) in fields.into_iter().enumerate() {
+        // Spaces around a field, its kind and its size are not part of them (`cpu:2; gpu:4`).
+        let (raw_at, (at, field)) = (at, trimmed(at, field));
         if field.is_empty() {
             if i == last {
-                out.errors.push(err(K::TrailingSeparator, ";", at - 1));
+                // Not the first field (the string is not blank): a `;` precedes it.
+                out.errors.push(err(K::TrailingSeparator, ";", raw_at - 1));
             } else {
                 out.errors.push(err(K::EmptyField, "", at));
             }
@@ -249,6 +277,8 @@ pub fn parse_capacity_config(s: &str) -> ParsedCapacity {
             out.errors.push(err(K::MissingColon, field, at));
             continue;
         };
+        let (value_at, value_token) = trimmed(at + kind_token.len() + 1, value_token);
+        let (_, kind_token) = trimmed(at, kind_token);
         let kind = match kind_token {
             "cpu" => DeviceKind::Cpu,
             "gpu" => DeviceKind::Gpu,
@@ -261,7 +291,6 @@ pub fn parse_capacity_config(s: &str) -> ParsedCapacity {
         if seen[kind.index()] == 2 {
             out.errors.push(err(K::DuplicateDevice, kind_token, at));
         }
-        let value_at = at + kind_token.len() + 1;
         match parse_mb(value_token) {
             Ok(mb) => values[kind.index()] = Some(mb),
             Err(kind) => out.errors.push(err(kind, value_token, value_at)),
@@ -296,6 +325,12 @@ fn parse_mb(token: &str) -> Result<u64, CapacityParseErrorKind> {
         Ok(mb) if mb <= MAX_CAPACITY_MB => Ok(mb),
         _ => Err(K::TooLarge),
     }
+}
+
+/// `token` (found at byte `at`) without the ASCII whitespace around it, and where it starts.
+fn trimmed(at: usize, token: &str) -> (usize, &str) {
+    let start = token.len() - token.trim_ascii_start().len();
+    (at + start, token.trim_ascii())
 }
 
 /// `s` split on `;`, each piece with its byte offset.
@@ -345,7 +380,7 @@ mod tests {
         assert_eq!(errors("npu:1"), vec![(K::UnknownDevice, "npu".into(), 0)]);
         assert_eq!(errors("cpu:ten"), vec![(K::NotANumber, "ten".into(), 4)]);
         assert_eq!(errors("cpu:10GB"), vec![(K::NotANumber, "10GB".into(), 4)]);
-        assert_eq!(errors("cpu: 10"), vec![(K::NotANumber, " 10".into(), 4)]);
+        assert_eq!(errors("cpu:1 0"), vec![(K::NotANumber, "1 0".into(), 4)]);
         assert_eq!(errors("cpu:-1"), vec![(K::Negative, "-1".into(), 4)]);
         assert_eq!(errors("cpu:"), vec![(K::MissingValue, "".into(), 4)]);
         assert_eq!(errors("cpu"), vec![(K::MissingColon, "cpu".into(), 0)]);
@@ -367,6 +402,27 @@ mod tests {
             vec![(K::DuplicateDevice, "cpu".into(), 6)]
         );
         assert_eq!(errors("CPU:1"), vec![(K::UnknownDevice, "CPU".into(), 0)]);
+    }
+
+    #[test]
+    fn spaces_around_fields_kinds_and_sizes_are_not_part_of_them() {
+        for s in ["cpu:2; gpu:4", " cpu : 2 ;gpu:4 ", "cpu:2;\tgpu: 4"] {
+            let p = parse_capacity_config(s);
+            assert!(p.errors.is_empty(), "{s:?}: {:?}", p.errors);
+            assert_eq!(p.config.get(DeviceKind::Cpu), Some(2), "{s:?}");
+            assert_eq!(p.config.get(DeviceKind::Gpu), Some(4), "{s:?}");
+        }
+        // Positions point at the token itself, past the spaces.
+        assert_eq!(
+            errors("cpu:2; tpu:4"),
+            vec![(K::UnknownDevice, "tpu".into(), 7)]
+        );
+        assert_eq!(errors("cpu:  x"), vec![(K::NotANumber, "x".into(), 6)]);
+        assert_eq!(
+            errors("cpu:1; "),
+            vec![(K::TrailingSeparator, ";".into(), 5)]
+        );
+        assert_eq!(errors(" "), vec![(K::Empty, "".into(), 0)]);
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn global() -> &'static Global {
             .map(parse_capacity_config)
             .unwrap_or_default();
         for e in &parsed.errors {
-            log::warn!("{ENV_VAR}: {e}; that device kind keeps its default capacity (0)");
+            log::warn!("{ENV_VAR}: {e}; {}", e.consequence());
         }
         let make = |kind: DeviceKind| {
             let mb = parsed.config.get(kind).unwrap_or(0);
