@@ -499,6 +499,39 @@ fn values_used_on_other_threads_drop_once_after_those_threads_exit() {
 }
 
 #[test]
+fn a_disabled_cache_still_shares_one_build_among_concurrent_callers() {
+    // Capacity 0 caches nothing, but eight callers of one key at once still build it once:
+    // the build goes on until the other seven are parked on it.
+    let c = Arc::new(Cache::<u32, u64>::new(0));
+    let builds = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (c, builds) = (c.clone(), builds.clone());
+            thread::spawn(move || {
+                let waiter = c.clone();
+                c.get_or_insert_with(7, move || {
+                    builds.fetch_add(1, Ordering::SeqCst);
+                    // (A second build means no single flight: stop waiting, and fail below.)
+                    while waiter.stats().waits < 7 && builds.load(Ordering::SeqCst) == 1 {
+                        thread::yield_now();
+                    }
+                    42
+                })
+            })
+        })
+        .collect();
+    let values: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(builds.load(Ordering::SeqCst), 1);
+    assert!(values.iter().all(|v| Handle::ptr_eq(v, &values[0])));
+    assert!(c.is_empty() && c.weighted_size() == 0, "nothing was cached");
+    let s = c.stats();
+    assert_eq!((s.builds, s.waits, s.rejections), (1, 7, 1));
+    c.__validate().unwrap();
+    // Later calls build again: nothing is kept.
+    assert_eq!(*c.get_or_insert_with(7, || 43), 43);
+}
+
+#[test]
 fn single_flight_one_build_for_many_callers() {
     with_caches::<u32, u64>(10, |c| {
         let c = Arc::new(c);

@@ -202,3 +202,23 @@ fn a_listener_that_panics_on_every_removal_of_a_long_run_leaks_nothing() {
     panics_with_the_listener(|| cache.set_capacity(0));
     assert_eq!((cache.len(), cache.weighted_size()), (0, 0));
 }
+
+#[test]
+fn a_cache_can_be_used_inside_catch_unwind_without_asserting_unwind_safety() {
+    // Every layer too: each holds its state in core caches and atomics.
+    fn unwind_safe<T: std::panic::RefUnwindSafe + std::panic::UnwindSafe>(_: &T) {}
+    let (cache, _) = panicking(10, &[]);
+    unwind_safe(&cache);
+    unwind_safe(&runcache::grouped::GroupedCache::<u32, u32, u32, u32>::new(
+        0,
+    ));
+    unwind_safe(&runcache::constant::ConstantCache::new(
+        runcache::DeviceKind::Cpu,
+    ));
+    let built = catch_unwind(|| cache.get_or_insert_with(1, || 1));
+    assert_eq!(built.as_deref().ok(), Some(&1));
+    let failed = catch_unwind(|| cache.get_or_insert_with(2, || std::panic::panic_any(PLANNED)));
+    assert!(failed.is_err());
+    assert!(!cache.contains_key(&2));
+    consistent(&cache);
+}

@@ -20,6 +20,7 @@ use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
 
 /// The hasher a cache uses unless [`CacheBuilder::hasher`] picks another: foldhash's fast,
@@ -54,6 +55,14 @@ pub type DefaultHashBuilder = foldhash::fast::FixedState;
 pub struct Cache<K, V, S = DefaultHashBuilder> {
     raw: RawCache<K, V, S>,
 }
+
+// A panic anywhere a cache calls out (a build, a weigher, a listener, a key's `Hash` or
+// `Eq`) leaves the cache consistent and poisons nothing (`docs/DESIGN.md`, "Single flight"
+// and "Size accounting"), so a cache is unwind safe whenever its keys, values and hasher
+// are: `catch_unwind(|| cache.get_or_insert_with(..))` needs no `AssertUnwindSafe`. The
+// boxed weigher and listener are the caller's own code; whatever state they keep is theirs.
+impl<K: RefUnwindSafe, V: RefUnwindSafe, S: RefUnwindSafe> RefUnwindSafe for Cache<K, V, S> {}
+impl<K: UnwindSafe, V: UnwindSafe, S: UnwindSafe> UnwindSafe for Cache<K, V, S> {}
 
 impl<K, V> Cache<K, V>
 where
@@ -292,6 +301,7 @@ where
     /// let again = cache.get_or_insert_with((3, 3), || unreachable!());
     /// assert!(runcache::Handle::ptr_eq(&compiled, &again));
     /// ```
+    #[track_caller]
     pub fn get_or_insert_with(&self, key: K, build: impl FnOnce() -> V) -> Handle<V> {
         match self.raw.get_or_build::<Infallible, _>(key, |_| Ok(build())) {
             Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. } => v,
@@ -314,6 +324,7 @@ where
     /// let built = cache.try_get_or_insert_with("kernel", || Ok::<_, &str>(7)).unwrap();
     /// assert_eq!(*built, 7);
     /// ```
+    #[track_caller]
     pub fn try_get_or_insert_with<E>(
         &self,
         key: K,
@@ -341,6 +352,7 @@ where
     /// let second = cache.get_or_build(4, |_| Ok::<_, Infallible>(0)).unwrap();
     /// assert_eq!((*second.value, second.source), (40, Source::Hit));
     /// ```
+    #[track_caller]
     pub fn get_or_build<E>(
         &self,
         key: K,
@@ -355,6 +367,7 @@ where
     /// [`get_or_build`](Self::get_or_build) for the key that `eq` accepts, found by a
     /// `probe` that hashes as that key does (see [`get_eq`](Self::get_eq)); `key` makes the
     /// owned key only on a miss, so a hit clones nothing.
+    #[track_caller]
     pub(crate) fn get_or_build_from<Q, E>(
         &self,
         probe: &Q,
@@ -382,6 +395,7 @@ where
     /// let (_, how) = cache.get_or_create(&"softmax", |name| name.len());
     /// assert_eq!(how, Lookup::Hit);
     /// ```
+    #[track_caller]
     pub fn get_or_create(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Handle<V>, Lookup)
     where
         K: Clone,
@@ -570,8 +584,9 @@ where
     /// Changes the capacity. A larger one keeps every entry; a smaller one removes entries
     /// until the rest fits — in eviction-policy order for an evicting cache, in table order
     /// for a rejecting one (they count as evictions); 0 clears the cache and disables it, so
-    /// that every `get_or_*` call builds and returns its value uncached. Calls racing each
-    /// other leave the capacity at the target set last.
+    /// that every `get_or_*` call returns its value uncached (concurrent callers of one key
+    /// still share one build). Calls racing each other leave the capacity at the target set
+    /// last.
     ///
     /// A shrink waits a moment for weight that entries being published hold; if that weight
     /// still cannot be evicted then, it stops with a [`CapacityError`] saying where the

@@ -249,6 +249,11 @@ pub struct ConstantCache {
     ledger: Arc<Ledger>,
 }
 
+// As the core cache (`Cache`'s impls): a panic of a build or an allocator leaves the cache
+// and its ledger consistent; the allocator behind a buffer is the caller's own code.
+impl std::panic::RefUnwindSafe for ConstantCache {}
+impl std::panic::UnwindSafe for ConstantCache {}
+
 impl ConstantCache {
     /// A cache for `device` with capacity 0: off until a capacity is set.
     ///

@@ -33,6 +33,7 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ops::Deref;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -279,6 +280,10 @@ pub struct Handle<V> {
     _owns: PhantomData<V>,
 }
 
+// As `Arc`'s: a handle hands out `&V` only, and its count is atomic.
+impl<V: RefUnwindSafe> RefUnwindSafe for Handle<V> {}
+impl<V: RefUnwindSafe> UnwindSafe for Handle<V> {}
+
 // SAFETY: (C1) as `Arc<V>`: a handle shares `&V` across threads (`Sync`) and may be the owner
 // that drops the value on another thread (`Send`); the count is atomic.
 unsafe impl<V: Send + Sync> Send for Handle<V> {}
@@ -476,6 +481,10 @@ pub struct WeakHandle<V> {
     ops: Ops<V>,
     _owns: PhantomData<V>,
 }
+
+// As `std::sync::Weak`'s.
+impl<V: RefUnwindSafe> RefUnwindSafe for WeakHandle<V> {}
+impl<V: RefUnwindSafe> UnwindSafe for WeakHandle<V> {}
 
 // SAFETY: (C3) it only upgrades to a `Handle`, which is `Send + Sync` under the same bounds.
 unsafe impl<V: Send + Sync> Send for WeakHandle<V> {}

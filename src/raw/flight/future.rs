@@ -16,7 +16,6 @@
 
 #![allow(unsafe_code)]
 
-use super::super::counter::Counter;
 use super::super::epoch;
 use super::super::node::{Node, NodeRef};
 use super::super::slot::LOADING;
@@ -116,11 +115,6 @@ where
                     if let Some(served) = self.after_wait(&node, state) {
                         return Ok(served);
                     }
-                }
-                Step::Off(_key) => {
-                    self.pin().stats.bump(Counter::Build);
-                    let result = build.await;
-                    return Ok(self.served_uncached(result, self.pin().stats));
                 }
                 Step::Recursion => return Err(Recursion(flight.take_key())),
             }

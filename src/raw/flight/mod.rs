@@ -33,8 +33,6 @@ pub(super) enum Step<K, V> {
     Build(NodeRef<K, V>),
     /// Someone else builds: wait for the node's attempt to end, then [`RawCache::after_wait`].
     Wait(NodeRef<K, V>),
-    /// The cache is off (capacity 0): build, and hand the value back uncached.
-    Off(K),
     /// The build in flight is this caller's own (same thread, or the builder future being
     /// polled on this thread): waiting would wait for itself.
     Recursion,
@@ -46,8 +44,10 @@ where
     V: Send + Sync + 'static,
     S: BuildHasher,
 {
-    /// The single-flight path shared by every `get_or_*` method.
+    /// The single-flight path shared by every `get_or_*` method. `#[track_caller]` down to
+    /// the recursion panic, so that it names the caller's line.
     #[inline]
+    #[track_caller]
     pub(crate) fn get_or_build<E, F>(&self, key: K, build: F) -> Served<V, E>
     where
         E: Send + Sync + 'static,
@@ -67,6 +67,7 @@ where
     /// [`get_eq`](Self::get_eq)), made by `key` only on a miss: a hit clones no key. `key()`
     /// must hash as `probe` does and be the key `eq` accepts.
     #[inline]
+    #[track_caller]
     pub(crate) fn get_or_build_from<Q, E, F>(
         &self,
         probe: &Q,
@@ -112,6 +113,7 @@ where
 
     /// The blocking single-flight path after a first look missed: builds the key's entry
     /// (with a `LOADING` node of ours linked) or parks until the build in flight ends.
+    #[track_caller]
     pub(super) fn build_or_wait<E, F>(&self, key: K, hash: u64, build: F) -> Served<V, E>
     where
         E: Send + Sync + 'static,
@@ -129,11 +131,6 @@ where
                     if let Some(served) = self.after_wait(&node, state) {
                         return served;
                     }
-                }
-                Step::Off(key) => {
-                    let stats = self.pin().stats;
-                    stats.bump(Counter::Build);
-                    return self.served_uncached(build(&key), stats);
                 }
                 Step::Recursion => {
                     drop(flight);
@@ -168,13 +165,15 @@ where
                 (None, Some(n)) => k == n.key(),
                 (None, None) => unreachable!("the key is either held or moved into our node"),
             };
-            let existing = match shard.find(hash, eq, &pin.guard) {
-                Some(n) => Some(n),
-                None if self.budget.capacity() == 0 => None,
+            // A disabled cache (capacity 0) links its builds too: they are refused at
+            // publication and handed to their waiters uncached, so concurrent callers of a
+            // key still share one build.
+            let node = match shard.find(hash, eq, &pin.guard) {
+                Some(n) => n,
                 None => {
                     let pos = shard.locate(hash, eq, &pin.guard);
                     match pos.found {
-                        Some(n) => Some(n),
+                        Some(n) => n,
                         None => {
                             let node = mine.get_or_insert_with(|| {
                                 let k = key.take().expect("key present until moved into a node");
@@ -191,11 +190,6 @@ where
                         }
                     }
                 }
-            };
-            let Some(node) = existing else {
-                // Capacity 0: the cache is off.
-                pin.stats.bump(Counter::Miss);
-                return Step::Off(flight.take_key());
             };
             match node.view(&pin.guard) {
                 View::Ready {
@@ -248,28 +242,6 @@ where
             }
         }
         None
-    }
-
-    /// What a build for a cache that is off (capacity 0) hands back: the value, uncached, or
-    /// the error.
-    pub(super) fn served_uncached<E>(
-        &self,
-        result: Result<V, E>,
-        stats: &super::counter::StatsBlock,
-    ) -> Served<V, E> {
-        match result {
-            Ok(v) => {
-                stats.bump(Counter::Rejection);
-                Served::Built {
-                    value: Handle::new(v),
-                    cached: false,
-                }
-            }
-            Err(e) => {
-                stats.bump(Counter::BuildFailure);
-                Served::Failed(Arc::new(e))
-            }
-        }
     }
 
     /// Runs the builder for our linked `LOADING` node and publishes the result.
