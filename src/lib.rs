@@ -177,6 +177,35 @@ pub use constant::{
     AddError, AllocError, BufferAllocator, CapacityParseError, ConstantBuffer, DeviceKind,
     DeviceMemory, HostAllocator,
 };
+/// Lookups by a borrowed form of the key: any type that hashes as the key does and compares
+/// equal to it (the `equivalent` crate's trait, as hashbrown and indexmap take it). Every
+/// type the key borrows as (`K: Borrow<Q>`) is one already.
+///
+/// ```
+/// use runcache::{Cache, Equivalent};
+/// use std::hash::{Hash, Hasher};
+///
+/// // A kernel keyed by its name and input shape, looked up without building an owned key.
+/// let kernels: Cache<(String, Vec<usize>), &str> = Cache::new(100);
+/// kernels.put(("conv".to_string(), vec![1, 3, 224, 224]), "compiled").unwrap();
+///
+/// struct Probe<'a>(&'a str, &'a [usize]);
+/// impl Hash for Probe<'_> {
+///     fn hash<H: Hasher>(&self, state: &mut H) {
+///         // As the tuple hashes: its fields in order (`String` as `str`, `Vec` as a slice).
+///         self.0.hash(state);
+///         self.1.hash(state);
+///     }
+/// }
+/// impl Equivalent<(String, Vec<usize>)> for Probe<'_> {
+///     fn equivalent(&self, key: &(String, Vec<usize>)) -> bool {
+///         self.0 == key.0 && self.1 == key.1.as_slice()
+///     }
+/// }
+/// assert_eq!(kernels.get(&Probe("conv", &[1, 3, 224, 224])).as_deref(), Some(&"compiled"));
+/// assert!(!kernels.contains_key(&Probe("conv", &[1, 3, 112, 112])));
+/// ```
+pub use equivalent::Equivalent;
 pub use error::{BuildError, CapacityError, ConfigError, InsertError, RecursionError};
 pub use pool::PoolError;
 #[cfg(feature = "vulkan")]

@@ -1147,7 +1147,7 @@ fn a_scan_does_not_flush_the_frequently_used_entries() {
     for k in 1_000_000..1_020_000 {
         c.get_or_insert_with(k, || k);
     }
-    let kept = hot.iter().filter(|k| c.contains_key(k)).count();
+    let kept = hot.iter().filter(|k| c.contains_key(*k)).count();
     assert!(
         kept >= 450,
         "only {kept} of 500 hot entries survived the scan"
@@ -1516,4 +1516,41 @@ fn contains_key_is_a_peek_that_neither_counts_nor_keeps_an_entry() {
     assert!(c.contains_key(&1), "the entry read three times was kept");
     assert!(!c.contains_key(&0), "the entry only checked was kept");
     c.__validate().unwrap();
+}
+
+/// A borrowed form of a tuple key: hashes as `(String, Vec<usize>)` does, compares equal.
+struct Shape<'a>(&'a str, &'a [usize]);
+
+impl std::hash::Hash for Shape<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+        self.1.hash(state);
+    }
+}
+
+impl runcache::Equivalent<(String, Vec<usize>)> for Shape<'_> {
+    fn equivalent(&self, key: &(String, Vec<usize>)) -> bool {
+        self.0 == key.0 && self.1 == key.1.as_slice()
+    }
+}
+
+#[test]
+fn tuple_keys_are_found_removed_and_invalidated_by_a_borrowed_form() {
+    let c: Cache<(String, Vec<usize>), u32> = Cache::new(100);
+    for (i, name) in ["conv", "gemm", "pool"].into_iter().enumerate() {
+        c.put((name.to_string(), vec![1, i]), i as u32).unwrap();
+    }
+    assert_eq!(c.get(&Shape("gemm", &[1, 1])).as_deref(), Some(&1));
+    assert_eq!(c.get_cloned(&Shape("pool", &[1, 2])), Some(2));
+    assert_eq!(c.pin().get(&Shape("conv", &[1, 0])), Some(&0));
+    assert!(c.get(&Shape("gemm", &[1, 2])).is_none(), "another shape");
+    assert_eq!(c.remove_if(&Shape("conv", &[1, 0]), |v| *v == 9), None);
+    assert_eq!(c.remove(&Shape("conv", &[1, 0])).as_deref(), Some(&0));
+    assert!(c.invalidate(&Shape("gemm", &[1, 1])));
+    assert!(!c.pin().contains_key(&Shape("gemm", &[1, 1])));
+    // The owned key still works, and so does what it borrows as.
+    assert!(c.contains_key(&("pool".to_string(), vec![1, 2])));
+    let names: Cache<String, u32> = Cache::new(10);
+    names.put("a".to_string(), 1).unwrap();
+    assert_eq!(names.get("a").as_deref(), Some(&1));
 }

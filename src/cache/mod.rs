@@ -16,7 +16,7 @@ pub use pinned::Pinned;
 use crate::error::{CapacityError, InsertError};
 use crate::raw::{counter::Counter, RawCache, Served};
 pub use crate::raw::{Handle, RemovalCause, WeakHandle, MAX_SHARDS};
-use std::borrow::Borrow;
+use equivalent::Equivalent;
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -132,12 +132,11 @@ where
     /// ```
     pub fn get<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.raw.lookup(
             key,
-            |k| k.borrow() == key,
+            |k| key.equivalent(k),
             |v| v.map(crate::raw::handle_of::<K, V>),
         )
     }
@@ -163,11 +162,10 @@ where
     /// ```
     pub fn get_cloned<Q>(&self, key: &Q) -> Option<V>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         V: Clone,
     {
-        self.raw.lookup(key, |k| k.borrow() == key, |v| v.cloned())
+        self.raw.lookup(key, |k| key.equivalent(k), |v| v.cloned())
     }
 
     /// The cached value of the key `eq` accepts, found by a `probe` that hashes exactly as that
@@ -218,8 +216,7 @@ where
     /// ```
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.raw.contains(key, None)
     }
@@ -425,8 +422,7 @@ where
     /// ```
     pub fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.raw.remove(key)
     }
@@ -444,8 +440,7 @@ where
     /// ```
     pub fn invalidate<Q>(&self, key: &Q) -> bool
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.raw.invalidate(key)
     }
@@ -462,8 +457,7 @@ where
     /// ```
     pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&V) -> bool) -> Option<Handle<V>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.raw.remove_if(key, pred)
     }

@@ -4,7 +4,7 @@
 
 use super::DefaultHashBuilder;
 use crate::raw::{Pin, RawCache};
-use std::borrow::Borrow;
+use equivalent::Equivalent;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
@@ -49,8 +49,7 @@ where
     /// ```
     pub fn get<Q>(&self, key: &Q) -> Option<&V>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         debug_assert!(self.raw.owns(&self.pin.guard));
         self.raw.get(key, &self.pin)
@@ -69,8 +68,7 @@ where
     /// ```
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         debug_assert!(self.raw.owns(&self.pin.guard));
         self.raw.contains(key, Some(&self.pin))

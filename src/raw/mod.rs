@@ -77,11 +77,11 @@ use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
+use equivalent::Equivalent;
 pub(crate) use flight::Recursion;
 pub use handle::{Handle, WeakHandle};
 pub(crate) use node::handle_of;
 use node::{Node, NodeRef, View};
-use std::borrow::Borrow;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
@@ -350,10 +350,9 @@ where
     #[inline(always)]
     pub(crate) fn get<'g, Q>(&'g self, key: &Q, pin: &'g Pin<'_>) -> Option<&'g V>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
-        self.get_eq(key, |k| k.borrow() == key, pin)
+        self.get_eq(key, |k| key.equivalent(k), pin)
     }
 
     /// The cached value of the key that `eq` accepts, where `probe` hashes exactly as that key
@@ -426,11 +425,10 @@ where
     /// treat a containment check). `pin`, if the caller holds one; else one of its own.
     pub(crate) fn contains<Q>(&self, key: &Q, pin: Option<&Pin<'_>>) -> bool
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let hash = self.hash(key);
-        let eq = |k: &K| k.borrow() == key;
+        let eq = |k: &K| key.equivalent(k);
         match pin {
             Some(pin) => self.find_value(hash, eq, &pin.guard).is_some(),
             None => {

@@ -12,8 +12,8 @@ use super::table::Shard;
 use super::{into_parts, Pin, RawCache, Refused, RemovalCause, Room};
 use crate::sync::local_key;
 use crossbeam_epoch::Guard;
+use equivalent::Equivalent;
 use std::any::Any;
-use std::borrow::Borrow;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -371,8 +371,7 @@ where
     /// Removes the value for `key` if `pred` accepts it.
     pub(crate) fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&V) -> bool) -> Option<Handle<V>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let how = Take::key(RemovalCause::Removed).handing_back();
         let removed = self.remove_by(key, how, pred)?;
@@ -383,8 +382,7 @@ where
     /// of the value is taken unless a listener hears of the removal.
     pub(crate) fn invalidate<Q>(&self, key: &Q) -> bool
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.remove_by(key, Take::key(RemovalCause::Removed), |_| true)
             .is_some()
@@ -399,13 +397,12 @@ where
         pred: impl Fn(&V) -> bool,
     ) -> Option<Option<Handle<V>>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let pin = self.pin_for(shard, hash);
-        let node = shard.find(hash, |k| k.borrow() == key, &pin.guard)?;
+        let node = shard.find(hash, |k| key.equivalent(k), &pin.guard)?;
         let (weight, value) = self.take_if(node, shard, &pin, how, pred)?;
         pin.stats.bump(Counter::Removal);
         self.retired(&pin, weight, self.budget.capacity());
@@ -414,8 +411,7 @@ where
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Handle<V>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         self.remove_if(key, |_| true)
     }
