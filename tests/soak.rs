@@ -1,4 +1,5 @@
-//! Soak: every layer at once, on several threads, for a bounded time. Ignored in the default
+//! Soak: every layer at once, on several threads, for a bounded time; then caches and sessions
+//! that come and go by the thousand (a quarter of that time). Ignored in the default
 //! run; `.ci/run` runs it for `RUNCACHE_SOAK_SECS` seconds (default 30).
 //!
 //! Every value is a drop-counted `Tracked`, and every pool and constant buffer comes from a
@@ -206,5 +207,160 @@ fn every_layer_at_once_leaks_nothing_and_accounts_exactly() {
         bytes.live.load(Ordering::SeqCst),
         0,
         "every constant byte came back"
+    );
+}
+
+/// Resident memory of this process, in bytes (Linux's `/proc/self/statm`; 0 elsewhere).
+fn resident() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// A cache of capacity 64 whose listener panics for keys that are multiples of `panics_on`
+/// (0: never), weighing each value 1 + id % 4.
+fn churned(panics_on: u64) -> Cache<u64, Tracked> {
+    Cache::builder()
+        .capacity(64)
+        .weigher(|_, v: &Tracked| 1 + v.id % 4)
+        .on_evict(move |k, _, _| {
+            if panics_on > 0 && k % panics_on == 0 {
+                std::panic::panic_any(PLANNED);
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+/// A cache shared between threads, which any of them may replace.
+type Slot = std::sync::Mutex<Arc<Cache<u64, Tracked>>>;
+
+/// The budget matches the entries, and the structure is sound.
+fn exact(cache: &Cache<u64, Tracked>) {
+    let cached: u64 = cache.pin().iter().map(|(_, v)| 1 + v.id % 4).sum();
+    assert_eq!(
+        cache.weighted_size(),
+        cached,
+        "the budget is the entries' weight"
+    );
+    cache.__validate().unwrap();
+}
+
+#[test]
+#[ignore = "soak: run explicitly (see .ci/run)"]
+fn thousands_of_caches_and_sessions_come_and_go_with_nothing_left_behind() {
+    // A quarter of the soak's time: caches and grouped sessions built and dropped from four
+    // threads, some shared between threads, one cache in ten with a listener that panics.
+    silence_planned_panics();
+    let made = Arc::new(AtomicUsize::new(0));
+    let dropped = drops();
+    let seconds = (seconds() / 4).max(1);
+    let shared: Arc<Vec<Slot>> = Arc::new(
+        (0..16)
+            .map(|i| std::sync::Mutex::new(Arc::new(churned(if i % 4 == 0 { 7 } else { 0 }))))
+            .collect(),
+    );
+    let grouped: Arc<GroupedCache<u64, u64, u64, Tracked>> = Arc::new(GroupedCache::new(2));
+    let warm = Arc::new(AtomicU64::new(0));
+    let start = Barrier::new(THREADS);
+    let work = (
+        shared.clone(),
+        grouped.clone(),
+        made.clone(),
+        dropped.clone(),
+        warm.clone(),
+    );
+    let work = Arc::new((work, start));
+    on_threads(THREADS, move |t| {
+        let ((shared, grouped, made, dropped, warm), start) = &*work;
+        let mut rng = StdRng::seed_from_u64(100 + t as u64);
+        let mut id = (t as u64) << 40;
+        let mut track = || {
+            id += 1;
+            made.fetch_add(1, Ordering::SeqCst);
+            Tracked::new(id, dropped)
+        };
+        let mut mine: Vec<Cache<u64, Tracked>> = Vec::new();
+        start.wait();
+        let begin = Instant::now();
+        let (mut round, mut warmed) = (0u64, false);
+        while begin.elapsed() < Duration::from_secs(seconds) {
+            round += 1;
+            // Keep up to 500 caches of this thread's own, replacing one each round.
+            let panics_on = if round % 10 == 0 { 3 } else { 0 };
+            if mine.len() < 500 {
+                mine.push(churned(panics_on));
+            } else {
+                let i = rng.random_range(0..mine.len());
+                exact(&mine[i]);
+                mine[i] = churned(panics_on);
+            }
+            let own = rng.random_range(0..mine.len());
+            let slot = &shared[rng.random_range(0..shared.len())];
+            let other = slot.lock().unwrap().clone();
+            for _ in 0..64 {
+                let k = rng.random_range(0..200u64);
+                let cache = if k % 2 == 0 { &mine[own] } else { &*other };
+                let _ = catch_unwind(AssertUnwindSafe(|| match k % 5 {
+                    0 => drop(cache.insert(k, track())),
+                    1 => drop(cache.remove(&k)),
+                    _ => drop(cache.get_or_insert_with(k, &mut track)),
+                }));
+                let (size, capacity) = cache.weighted_size_and_capacity();
+                assert!(size <= capacity, "{size} > {capacity}");
+            }
+            // A shared cache is now and then replaced: its last holder drops it.
+            if round % 16 == 0 {
+                *slot.lock().unwrap() = Arc::new(churned(if round % 32 == 0 { 5 } else { 0 }));
+            }
+            // Sessions: a new one each round, with an executor that uses and clears its shape
+            // and an entry of no owner's, cleared when the session ends.
+            let session = (t as u64) << 32 | round;
+            let owner = OwnerId(session);
+            grouped
+                .owner(owner)
+                .set(&session, &(round % 3), &0, track());
+            drop(grouped.get_or_insert_with(&session, &1, &1, &mut track));
+            grouped.clear_owner(owner);
+            assert_eq!(
+                grouped.group_count(&session),
+                1,
+                "the owner's group left with it"
+            );
+            grouped.clear_session(&session);
+            // Warmed up after a fifth of the run: from there on, what is made is dropped.
+            if !warmed && begin.elapsed() > Duration::from_secs(seconds) / 5 {
+                warmed = true;
+                warm.fetch_max(resident(), Ordering::Relaxed);
+            }
+        }
+        for cache in &mine {
+            exact(cache);
+        }
+    });
+    for slot in shared.iter() {
+        exact(&slot.lock().unwrap());
+    }
+    let warm = warm.load(Ordering::Relaxed);
+    let end = resident();
+    eprintln!(
+        "soak of caches: resident {} MiB after the warm-up, {} MiB at the end",
+        warm >> 20,
+        end >> 20
+    );
+    // Flat within the allocator's slack (no `/proc` reads 0 for both): a leak of a few KiB
+    // per cache made would be gigabytes here.
+    assert!(
+        end <= warm * 2 + (256 << 20),
+        "resident memory grew: {warm} to {end}"
+    );
+    grouped.clear();
+    assert!(grouped.is_empty());
+    drop((shared, grouped));
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        made.load(Ordering::SeqCst),
+        "every value dropped exactly once"
     );
 }

@@ -10,12 +10,20 @@ use super::node::{hold, Node, NodeRef, View};
 use super::write::Take;
 use super::{RawCache, RemovalCause, Room};
 use crate::policy::{may_be_heavy, Door, S3Fifo};
-use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{yield_now, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
 
 /// Slots one step of the policy's sweep looks at (see `RawCache::sweep_step`).
 const SWEEP_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };
+
+/// How many times a newcomer that finds nothing to evict yields and looks again before it is
+/// handed back uncached: what holds the room then is other threads' work in flight (victims
+/// they popped and are deciding, newcomers between their reservation and their queue), which
+/// ends in a moment. More keeps more small-cache misses cached under contention; fewer hands
+/// them back sooner (each try is a yield). One in the loom models, whose schedules explore
+/// every retry.
+const ROOM_PATIENCE: u32 = if cfg!(runcache_loom) { 1 } else { 16 };
 
 /// The progress of the sweep that enlists the entries a cold cache admitted (P2).
 pub(super) struct Sweep {
@@ -113,6 +121,7 @@ where
         let mut held = 0;
         let mut door = hash;
         let mut judged = false;
+        let mut patience = ROOM_PATIENCE;
         loop {
             // (A weight of 0 still asks the budget, which refuses everything at capacity 0.)
             if (held > 0 && held == weight) || self.budget.try_reserve(weight - held) {
@@ -142,6 +151,10 @@ where
                 Some(kept) => {
                     held += kept;
                     stats.bump(Counter::Eviction);
+                }
+                None if patience > 0 => {
+                    patience -= 1;
+                    yield_now();
                 }
                 None => {
                     self.budget.release(held);
