@@ -114,7 +114,7 @@ pub fn env_capacity_mb(kind: DeviceKind) -> Option<u64> {
 /// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), 1 << 30);
 /// # Ok::<(), runcache::CapacityError>(())
 /// ```
-pub fn set_capacity_mb(kind: DeviceKind, mb: u64) -> Result<(), crate::CapacityError> {
+pub fn set_capacity_mb(kind: DeviceKind, mb: u64) -> Result<(), crate::error::CapacityError> {
     cache(kind).set_capacity_mb(mb)
 }
 
@@ -144,7 +144,7 @@ pub fn capacity_mb(kind: DeviceKind) -> u64 {
 /// assert_eq!(constant::cache(DeviceKind::Cpu).capacity(), u64::MAX);
 /// # Ok::<(), runcache::CapacityError>(())
 /// ```
-pub fn set_enabled(enabled: bool) -> Result<(), crate::CapacityError> {
+pub fn set_enabled(enabled: bool) -> Result<(), crate::error::CapacityError> {
     let bytes = if enabled { u64::MAX } else { 0 };
     DeviceKind::ALL
         .iter()

@@ -625,7 +625,7 @@ impl ConstantCache {
     /// assert!(cache.get(ConstantKey::new(0, 1)).is_none());
     /// # Ok::<(), runcache::CapacityError>(())
     /// ```
-    pub fn set_capacity_bytes(&self, bytes: u64) -> Result<(), crate::CapacityError> {
+    pub fn set_capacity_bytes(&self, bytes: u64) -> Result<(), crate::error::CapacityError> {
         let shrunk = self.cache.set_capacity_by(bytes, |_, b| b.last_used());
         self.cache.reclaim();
         shrunk
@@ -645,7 +645,7 @@ impl ConstantCache {
     /// assert_eq!(cache.capacity(), u64::MAX, "saturates");
     /// # Ok::<(), runcache::CapacityError>(())
     /// ```
-    pub fn set_capacity_mb(&self, mb: u64) -> Result<(), crate::CapacityError> {
+    pub fn set_capacity_mb(&self, mb: u64) -> Result<(), crate::error::CapacityError> {
         self.set_capacity_bytes(mb.saturating_mul(MIB))
     }
 
