@@ -267,13 +267,21 @@ fn runcache_line(args: &[&str], budget: &str) -> String {
 
 #[test]
 fn a_weight_budget_of_zero_reorders_every_time_and_serves_every_request() {
-    let line = runcache_line(&["--requests", "40"], "cpu:0");
+    // One thread: on several, requests that need a weight at the same moment share its
+    // reorder (a disabled cache still deduplicates concurrent builds), so fewer than three.
+    let line = runcache_line(&["--requests", "40", "--threads", "1"], "cpu:0");
     assert_every_response_right(&line);
     assert_eq!(
         field(&line, "weight_reorders"),
         120.0,
         "nothing fits: three reorders a request"
     );
+    assert_eq!(field(&line, "weight_hit_ratio"), 0.0, "{line}");
+    assert_eq!(field(&line, "peak_weight_bytes"), 0.0, "{line}");
+    let shared = runcache_line(&["--requests", "40", "--threads", "4"], "cpu:0");
+    assert_every_response_right(&shared);
+    assert!(field(&shared, "weight_reorders") <= 120.0, "{shared}");
+    assert_eq!(field(&shared, "peak_weight_bytes"), 0.0, "{shared}");
 }
 
 #[test]
