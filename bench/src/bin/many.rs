@@ -1,7 +1,8 @@
 //! Many caches and many sessions: what a thread pays as the caches it has used, and a grouped
 //! cache's sessions, accumulate.
 //!
-//! `cargo run --release -p runcache-bench --bin many [-- --quick]` prints three tables:
+//! `cargo run --release -p runcache-bench --bin many [-- --quick] [--caches]` prints three tables
+//! (`--caches`: the first two only):
 //! - hits from one thread, round-robin over N live caches (one key each), runcache against
 //!   quick_cache, at N = 10, 100, 1,000 and 10,000;
 //! - building a cache and its first `put`, with N caches alive on the thread (each used);
@@ -24,15 +25,23 @@ const ROUNDS: usize = 5;
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--caches`: only the two tables of many caches (the grouped ones take minutes on an
+    // engine whose sessions each build a cache).
+    let caches_only = std::env::args().any(|a| a == "--caches");
     let counts: &[usize] = if quick {
         &[10, 1_000, 10_000]
     } else {
         &[10, 100, 1_000, 10_000]
     };
-    // First, while the heap has nothing freed to reuse, so resident growth is what is made.
-    footprint();
+    // First, while the heap has nothing freed to reuse, so the bytes counted are what is made.
+    if !caches_only {
+        footprint();
+    }
     hits_round_robin(counts);
     building(counts);
+    if caches_only {
+        return;
+    }
     sessions(if quick {
         &[10, 10_000, 100_000]
     } else {
@@ -51,6 +60,33 @@ fn best_ns(ops: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// The best of `ROUNDS` times to make `made` things with `make`, in nanoseconds per thing;
+/// each round's things are dropped after its clock stops, so every round starts with the
+/// same things alive.
+fn best_make_ns<T>(made: usize, make: impl Fn() -> T) -> f64 {
+    (0..ROUNDS)
+        .map(|_| {
+            let t = Instant::now();
+            let fresh: Vec<T> = (0..made).map(|_| make()).collect();
+            let ns = t.elapsed().as_nanos() as f64 / made as f64;
+            drop(black_box(fresh));
+            ns
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Nanoseconds per hit of `get(cache, i)` over `caches` in turn, `i` each one's key.
+fn round_robin<C>(caches: &[C], get: impl Fn(&C, u64)) -> f64 {
+    let passes = (200_000 / caches.len()).max(2);
+    best_ns(passes * caches.len(), || {
+        for _ in 0..passes {
+            for (i, c) in caches.iter().enumerate() {
+                get(c, i as u64);
+            }
+        }
+    })
+}
+
 fn hits_round_robin(counts: &[usize]) {
     println!("## Hits from one thread, round-robin over N caches\n");
     println!("| caches | runcache ns/hit | quick_cache ns/hit | runcache / quick_cache |");
@@ -62,21 +98,11 @@ fn hits_round_robin(counts: &[usize]) {
             a.put(i as u64, i as u64).unwrap();
             b.insert(i as u64, i as u64);
         }
-        let passes = (200_000 / n).max(2);
-        let ops = passes * n;
-        let r = best_ns(ops, || {
-            for _ in 0..passes {
-                for (i, c) in ours.iter().enumerate() {
-                    black_box(c.get(&(i as u64)));
-                }
-            }
+        let r = round_robin(&ours, |c, k| {
+            black_box(c.get(&k));
         });
-        let q = best_ns(ops, || {
-            for _ in 0..passes {
-                for (i, c) in theirs.iter().enumerate() {
-                    black_box(c.get(&(i as u64)));
-                }
-            }
+        let q = round_robin(&theirs, |c, k| {
+            black_box(c.get(&k));
         });
         println!("| {n} | {r:.1} | {q:.1} | {:.2} |", r / q);
     }
@@ -96,29 +122,15 @@ fn building(counts: &[usize]) {
         for c in &theirs {
             c.insert(0, 0);
         }
-        let made = 200;
-        let r = best_ns(made, || {
-            let fresh: Vec<Cache<u64, u64>> = (0..made)
-                .map(|_| {
-                    let c = Cache::new(16);
-                    c.put(1, 1).unwrap();
-                    c
-                })
-                .collect();
-            black_box(&fresh);
-            // Dropped outside the timing's concern: a drop is the same cost at every N.
-            std::mem::forget(fresh);
+        let r = best_make_ns(200, || {
+            let c = Cache::<u64, u64>::new(16);
+            c.put(1, 1).unwrap();
+            c
         });
-        let q = best_ns(made, || {
-            let fresh: Vec<QuickCache<u64, u64>> = (0..made)
-                .map(|_| {
-                    let c = QuickCache::new(16);
-                    c.insert(1, 1);
-                    c
-                })
-                .collect();
-            black_box(&fresh);
-            std::mem::forget(fresh);
+        let q = best_make_ns(200, || {
+            let c = QuickCache::<u64, u64>::new(16);
+            c.insert(1, 1);
+            c
         });
         println!("| {n} | {:.2} | {:.2} |", r / 1e3, q / 1e3);
         drop((ours, theirs));
