@@ -34,6 +34,16 @@ pub enum ConfigError {
         /// The weight that was given.
         given: u64,
     },
+    /// A cache takes one expiry rule: `time_to_live`, `time_to_idle` or `expire_after`. An
+    /// [`Expiry`](crate::Expiry) policy can combine a time to live with a time to idle
+    /// (each entry's deadline is one word, and a read cannot tell how long the entry has
+    /// lived).
+    Expiry {
+        /// The builder method given first.
+        first: &'static str,
+        /// The one given after it.
+        second: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -47,6 +57,11 @@ impl fmt::Display for ConfigError {
             ConfigError::EntryWeight { given } => write!(
                 f,
                 "invalid expected entry weight {given}: it must be at least 1"
+            ),
+            ConfigError::Expiry { first, second } => write!(
+                f,
+                "two expiry rules, `{first}` and `{second}`: a cache takes one (an `Expiry` \
+                 policy can combine a time to live with a time to idle)"
             ),
         }
     }

@@ -170,8 +170,8 @@ mod sync;
 pub mod vulkan;
 
 pub use cache::{
-    Cache, CacheBuilder, DefaultHashBuilder, Fetched, Handle, Lookup, Pinned, RemovalCause, Source,
-    Stats, WeakHandle, WhenFull, MAX_SHARDS,
+    Cache, CacheBuilder, Clock, DefaultHashBuilder, Expiry, Fetched, Handle, Lookup, ManualClock,
+    Pinned, RemovalCause, Source, Stats, WeakHandle, WhenFull, MAX_SHARDS,
 };
 pub use constant::{
     AddError, AllocError, BufferAllocator, CapacityParseError, ConstantBuffer, DeviceKind,

@@ -3,6 +3,9 @@
 //!
 //! - `hit/1-thread/*`: one thread, 10,000 cached keys looked up in a shuffled order.
 //! - `hit/2-threads/*`: the same on two threads at once (each thread its own order).
+//! - `*-ttl-arc`, `*-tti-arc`: runcache and moka with a time to live or to idle of an hour
+//!   (nothing expires during the run): what reading each entry's deadline costs a hit, and
+//!   for a time to idle what moving it costs.
 //!
 //! One iteration is a batch of `BATCH` lookups (`Throughput::Elements(BATCH)`), so criterion
 //! reports lookups per second. `Arc` subjects clone the value (`get`); pinned subjects borrow
@@ -27,6 +30,8 @@ use std::time::Duration;
 
 const KEYS: u64 = 10_000;
 const BATCH: usize = 1024;
+/// The expiring subjects' time: nothing expires during a run.
+const HOUR: Duration = Duration::from_secs(3_600);
 
 use support::{on_threads, Hasher};
 
@@ -56,6 +61,11 @@ struct Subjects {
     papaya: papaya::HashMap<u64, u64, Hasher>,
     quick: quick_cache::sync::Cache<u64, Arc<u64>>,
     moka: moka::sync::Cache<u64, Arc<u64>, Hasher>,
+    /// runcache and moka with a time to live, then a time to idle.
+    ttl: runcache::Cache<u64, u64>,
+    tti: runcache::Cache<u64, u64>,
+    moka_ttl: moka::sync::Cache<u64, Arc<u64>, Hasher>,
+    moka_tti: moka::sync::Cache<u64, Arc<u64>, Hasher>,
     map: HashMap<u64, u64, Hasher>,
     /// The same keys as `Arc`s, read under a crossbeam-epoch pin per lookup: the floor of an
     /// `Arc` get for any table that crossbeam-epoch reclaims (see `get_batch_floor_arc`).
@@ -81,6 +91,24 @@ impl Subjects {
             moka: moka::sync::Cache::builder()
                 .max_capacity(KEYS * 2)
                 .build_with_hasher(Hasher::default()),
+            ttl: runcache::Cache::builder()
+                .capacity(KEYS * 2)
+                .time_to_live(HOUR)
+                .build()
+                .unwrap(),
+            tti: runcache::Cache::builder()
+                .capacity(KEYS * 2)
+                .time_to_idle(HOUR)
+                .build()
+                .unwrap(),
+            moka_ttl: moka::sync::Cache::builder()
+                .max_capacity(KEYS * 2)
+                .time_to_live(HOUR)
+                .build_with_hasher(Hasher::default()),
+            moka_tti: moka::sync::Cache::builder()
+                .max_capacity(KEYS * 2)
+                .time_to_idle(HOUR)
+                .build_with_hasher(Hasher::default()),
             map: HashMap::with_hasher(Hasher::default()),
             map_arc: HashMap::with_hasher(Hasher::default()),
         };
@@ -92,6 +120,10 @@ impl Subjects {
             s.papaya.pin().insert(k, k);
             s.quick.insert(k, Arc::new(k));
             s.moka.insert(k, Arc::new(k));
+            s.ttl.insert(k, k).unwrap();
+            s.tti.insert(k, k).unwrap();
+            s.moka_ttl.insert(k, Arc::new(k));
+            s.moka_tti.insert(k, Arc::new(k));
         }
         let mut s = s;
         for k in 0..KEYS {
@@ -99,6 +131,8 @@ impl Subjects {
             s.map_arc.insert(k, Arc::new(k));
         }
         s.moka.run_pending_tasks();
+        s.moka_ttl.run_pending_tasks();
+        s.moka_tti.run_pending_tasks();
         s
     }
 }
@@ -155,6 +189,26 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
                 sum = sum.wrapping_add(*subjects.moka.get(k).unwrap());
             }
         }
+        "runcache-ttl-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.ttl.get(k).unwrap());
+            }
+        }
+        "runcache-tti-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.tti.get(k).unwrap());
+            }
+        }
+        "moka-ttl-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.moka_ttl.get(k).unwrap());
+            }
+        }
+        "moka-tti-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.moka_tti.get(k).unwrap());
+            }
+        }
         "floor-epoch-pin-hashmap-arc" => {
             sum = sum.wrapping_add(support::get_batch_floor_arc(&subjects.map_arc, keys));
         }
@@ -168,7 +222,7 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
     sum
 }
 
-const SUBJECTS: [&str; 10] = [
+const SUBJECTS: [&str; 14] = [
     "runcache-pinned",
     "runcache-arc",
     "runcache-reject-arc",
@@ -177,6 +231,10 @@ const SUBJECTS: [&str; 10] = [
     "papaya-pinned",
     "quick_cache-arc",
     "moka-arc",
+    "runcache-ttl-arc",
+    "runcache-tti-arc",
+    "moka-ttl-arc",
+    "moka-tti-arc",
     "hashmap-unsync",
     "floor-epoch-pin-hashmap-arc",
 ];

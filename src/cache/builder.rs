@@ -1,15 +1,16 @@
 //! [`CacheBuilder`] and what it configures: the capacity, the weigher, what a full cache
-//! does ([`WhenFull`]), the listener, the shards, the hasher and the presizing.
+//! does ([`WhenFull`]), the listener, expiry, the shards, the hasher and the presizing.
 
 #![forbid(unsafe_code)]
 
 use super::{Cache, DefaultHashBuilder, Handle, RemovalCause, MAX_SHARDS};
 use crate::error::ConfigError;
-use crate::raw::{Listener, RawCache, Weigher};
+use crate::raw::{Clock, Expiry, Listener, RawCache, Rule, Weigher};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// What a cache does when an entry does not fit in the free capacity.
 ///
@@ -86,6 +87,9 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     pub(super) listener: Option<Listener<K, V>>,
     pub(super) when_full: WhenFull,
     pub(super) entry_weight: Option<u64>,
+    /// The expiry rules asked for, by the builder method's name (one may be kept).
+    pub(super) expiry: Vec<(&'static str, Rule<K, V>)>,
+    pub(super) clock: Clock,
     pub(super) _types: PhantomData<fn(K, V)>,
 }
 
@@ -262,8 +266,123 @@ impl<K, V, S> CacheBuilder<K, V, S> {
             listener: self.listener,
             when_full: self.when_full,
             entry_weight: self.entry_weight,
+            expiry: self.expiry,
+            clock: self.clock,
             _types: PhantomData,
         }
+    }
+
+    /// Entries expire this long after they were built or inserted (a replacement starts
+    /// anew). An expired entry is never returned: from its deadline on, lookups miss it,
+    /// `get_or_insert_with` builds it again (one build per key, as always), and it leaves the
+    /// cache as [`RemovalCause::Expired`] within about a millisecond once writes or
+    /// [`Cache::purge_expired`] run, its weight back to the budget. `Duration::ZERO`:
+    /// every entry expires as it is cached (its callers still get the value);
+    /// `Duration::MAX`: never. Default: entries do not expire.
+    ///
+    /// One expiry rule per cache: this, [`time_to_idle`](Self::time_to_idle) or
+    /// [`expire_after`](Self::expire_after) (a policy can combine the other two).
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock};
+    /// use std::time::Duration;
+    ///
+    /// let (clock, hand) = Clock::manual();
+    /// let kernels = Cache::<u32, u32>::builder()
+    ///     .capacity(100)
+    ///     .time_to_live(Duration::from_secs(600))
+    ///     .clock(clock)
+    ///     .build()?;
+    /// kernels.put(1, 10).unwrap();
+    /// hand.advance(Duration::from_secs(600));
+    /// assert!(kernels.get(&1).is_none());
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn time_to_live(mut self, live: Duration) -> Self {
+        self.expiry.push(("time_to_live", Rule::Live(live)));
+        self
+    }
+
+    /// Entries expire when they have not been read or written for this long: each hit
+    /// moves the deadline on (a write to the entry at most once a millisecond, none to
+    /// anything shared). Otherwise as [`time_to_live`](Self::time_to_live).
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock};
+    /// use std::time::Duration;
+    ///
+    /// let (clock, hand) = Clock::manual();
+    /// let weights = Cache::<&str, Vec<u8>>::builder()
+    ///     .capacity(1 << 20)
+    ///     .weigher(|_, v| v.len() as u64)
+    ///     .time_to_idle(Duration::from_secs(600))
+    ///     .clock(clock)
+    ///     .build()?;
+    /// weights.put("resnet", vec![0; 1024]).unwrap();
+    /// hand.advance(Duration::from_secs(500));
+    /// assert!(weights.get("resnet").is_some()); // read: ten more minutes
+    /// hand.advance(Duration::from_secs(500));
+    /// assert!(weights.get("resnet").is_some());
+    /// hand.advance(Duration::from_secs(600));
+    /// assert!(weights.get("resnet").is_none());
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn time_to_idle(mut self, idle: Duration) -> Self {
+        self.expiry.push(("time_to_idle", Rule::Idle(idle)));
+        self
+    }
+
+    /// Each entry's deadline is set by `policy` when it is created, read or replaced (see
+    /// [`Expiry`]). Otherwise as [`time_to_live`](Self::time_to_live).
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock, Expiry};
+    /// use std::time::Duration;
+    ///
+    /// /// A plan built from statistics lives an hour, an error's plan a second.
+    /// struct Plans;
+    /// impl Expiry<u32, Result<u32, ()>> for Plans {
+    ///     fn after_create(&self, _: &u32, plan: &Result<u32, ()>) -> Option<Duration> {
+    ///         Some(Duration::from_secs(if plan.is_ok() { 3_600 } else { 1 }))
+    ///     }
+    /// }
+    ///
+    /// let (clock, hand) = Clock::manual();
+    /// let plans = Cache::builder().capacity(100).expire_after(Plans).clock(clock).build()?;
+    /// plans.put(1, Ok(7)).unwrap();
+    /// plans.put(2, Err(())).unwrap();
+    /// hand.advance(Duration::from_secs(1));
+    /// assert!(plans.get(&1).is_some());
+    /// assert!(plans.get(&2).is_none());
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn expire_after(mut self, policy: impl Expiry<K, V> + 'static) -> Self {
+        self.expiry
+            .push(("expire_after", Rule::Policy(Box::new(policy))));
+        self
+    }
+
+    /// The clock deadlines are read against. Default: [`Clock::coarse`]. Without an expiry
+    /// rule the cache never reads it.
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock};
+    /// use std::time::Duration;
+    ///
+    /// // A test moves time itself instead of sleeping.
+    /// let (clock, hand) = Clock::manual();
+    /// let cache = Cache::<u32, u32>::builder()
+    ///     .time_to_live(Duration::from_millis(5))
+    ///     .clock(clock)
+    ///     .build()?;
+    /// cache.put(1, 1).unwrap();
+    /// hand.advance(Duration::from_millis(5));
+    /// assert!(cache.get(&1).is_none());
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 }
 
@@ -278,7 +397,7 @@ where
     /// # Errors
     /// [`ConfigError::Shards`] when the shard count is not a power of two in
     /// `1..=`[`MAX_SHARDS`]; [`ConfigError::EntryWeight`] when the expected entry weight is
-    /// 0.
+    /// 0; [`ConfigError::Expiry`] when more than one expiry rule was given.
     ///
     /// ```
     /// let cache = runcache::Cache::<u32, u32>::builder().capacity(10).build();
@@ -295,16 +414,25 @@ where
         if let Some(given @ 0) = self.entry_weight {
             return Err(ConfigError::EntryWeight { given });
         }
+        let mut expiry = self.expiry.into_iter();
+        let rule = expiry.next();
+        if let (Some((first, _)), Some((second, _))) = (&rule, expiry.next()) {
+            return Err(ConfigError::Expiry { first, second });
+        }
+        let raw = RawCache::new(
+            shards,
+            self.capacity,
+            self.hasher,
+            self.weigher,
+            self.listener,
+            self.when_full == WhenFull::Evict,
+            self.entry_weight,
+        );
         Ok(Cache {
-            raw: RawCache::new(
-                shards,
-                self.capacity,
-                self.hasher,
-                self.weigher,
-                self.listener,
-                self.when_full == WhenFull::Evict,
-                self.entry_weight,
-            ),
+            raw: match rule {
+                Some((_, rule)) => raw.with_expiry(self.clock, rule),
+                None => raw,
+            },
         })
     }
 }
@@ -321,6 +449,8 @@ impl<K, V> Default for CacheBuilder<K, V> {
             listener: None,
             when_full: WhenFull::Evict,
             entry_weight: None,
+            expiry: Vec::new(),
+            clock: Clock::coarse(),
             _types: PhantomData,
         }
     }
@@ -335,6 +465,14 @@ impl<K, V, S> fmt::Debug for CacheBuilder<K, V, S> {
             .field("listener", &self.listener.is_some())
             .field("when_full", &self.when_full)
             .field("expected_entry_weight", &self.entry_weight)
+            .field(
+                "expiry",
+                &self
+                    .expiry
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -15,7 +15,7 @@ pub use pinned::Pinned;
 
 use crate::error::{CapacityError, InsertError};
 use crate::raw::{counter::Counter, RawCache, Served};
-pub use crate::raw::{Handle, RemovalCause, WeakHandle, MAX_SHARDS};
+pub use crate::raw::{Clock, Expiry, Handle, ManualClock, RemovalCause, WeakHandle, MAX_SHARDS};
 use equivalent::Equivalent;
 use std::convert::Infallible;
 use std::fmt;
@@ -634,6 +634,41 @@ where
             .map_err(CapacityError::from_parts)
     }
 
+    /// Takes out every entry whose deadline has passed (see
+    /// [`CacheBuilder::time_to_live`]); returns how many this call took out. Writes do this
+    /// work a little at a time already; call it where a cache may sit without writes while
+    /// its entries' memory should come back (a thread of your own, or a timer). Another
+    /// thread taking expired entries out at the same moment makes it return early (that
+    /// thread finishes the work). Without an expiry rule it does nothing.
+    ///
+    /// # Panics
+    /// If the eviction listener panics: the entries are taken out all the same, and the
+    /// first panic is resumed at the end.
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock};
+    /// use std::time::Duration;
+    ///
+    /// let (clock, hand) = Clock::manual();
+    /// let cache = Cache::<u32, u32>::builder()
+    ///     .capacity(100)
+    ///     .time_to_live(Duration::from_secs(1))
+    ///     .clock(clock)
+    ///     .build()?;
+    /// for i in 0..10 {
+    ///     cache.put(i, i).unwrap();
+    /// }
+    /// hand.advance(Duration::from_secs(2));
+    /// assert_eq!(cache.len(), 10, "expired, not yet taken out");
+    /// assert_eq!(cache.purge_expired(), 10);
+    /// assert_eq!((cache.len(), cache.weighted_size()), (0, 0));
+    /// assert_eq!(cache.stats().expirations, 10);
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn purge_expired(&self) -> usize {
+        self.raw.purge_expired()
+    }
+
     /// The activity counters.
     ///
     /// ```
@@ -654,6 +689,7 @@ where
             rejections: self.raw.stat(Counter::Rejection),
             evictions: self.raw.stat(Counter::Eviction),
             removals: self.raw.stat(Counter::Removal),
+            expirations: self.raw.stat(Counter::Expiration),
         }
     }
 

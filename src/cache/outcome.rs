@@ -101,6 +101,9 @@ pub struct Stats {
     pub evictions: u64,
     /// Entries removed by [`Cache::remove`], [`Cache::remove_if`] or [`Cache::retain`].
     pub removals: u64,
+    /// Entries taken out because their deadline passed (see
+    /// [`CacheBuilder::time_to_live`](crate::CacheBuilder::time_to_live)).
+    pub expirations: u64,
 }
 
 impl Stats {
@@ -126,6 +129,7 @@ impl Stats {
             rejections: self.rejections.saturating_sub(earlier.rejections),
             evictions: self.evictions.saturating_sub(earlier.evictions),
             removals: self.removals.saturating_sub(earlier.removals),
+            expirations: self.expirations.saturating_sub(earlier.expirations),
         }
     }
 

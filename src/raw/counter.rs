@@ -243,9 +243,11 @@ pub(crate) enum Counter {
     /// Entries this thread made cached, less those it took out of the cache (wrapping: a
     /// thread may take out more than it made). The sum over every thread is `len`.
     Live,
+    /// Entries taken out because their deadline passed.
+    Expiration,
 }
 
-const COUNTERS: usize = 9;
+const COUNTERS: usize = 10;
 
 /// The fewest values lighter than a hand-over's due weight that a thread hands over at a
 /// time (see [`StatsBlock::hand_over_due`]): it bounds the hand-overs, each a sealed ~2 KB

@@ -60,6 +60,7 @@
 pub(crate) mod counter;
 pub(crate) mod epoch;
 mod evict;
+mod expire;
 mod flight;
 mod handle;
 pub(crate) mod node;
@@ -78,6 +79,12 @@ use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
 use equivalent::Equivalent;
+use expire::Expiring;
+
+/// A cache's expiry, its wheel holding the cache's nodes.
+type NodeWheel<K, V> = Expiring<K, V, NodeRef<K, V>>;
+pub(crate) use expire::Rule;
+pub use expire::{Clock, Expiry, ManualClock};
 pub(crate) use flight::Recursion;
 pub use handle::{Handle, WeakHandle};
 pub(crate) use node::handle_of;
@@ -126,6 +133,9 @@ pub enum RemovalCause {
     Replaced,
     /// Removed by [`Cache::clear`](crate::Cache::clear).
     Cleared,
+    /// Its deadline passed (see [`CacheBuilder::time_to_live`](crate::CacheBuilder::time_to_live)
+    /// and the other expiry settings).
+    Expired,
 }
 
 /// Computes an entry's weight.
@@ -228,6 +238,8 @@ pub(crate) struct RawCache<K, V, S> {
     policy: Option<S3Fifo<NodeRef<K, V>>>,
     /// The policy's sweep of the tables once the cache is first half full (P2).
     sweep: evict::Sweep,
+    /// Deadlines and the wheel that takes expired entries out; `None` when nothing expires.
+    expiry: Option<Box<NodeWheel<K, V>>>,
     // Declared last: dropped after the shards, so this thread's handle goes last (I7).
     domain: Domain,
 }
@@ -281,8 +293,15 @@ where
             budget: Budget::new(capacity),
             policy: evict.then(|| S3Fifo::new(policy_entries as usize)),
             sweep: evict::Sweep::new(),
+            expiry: None,
             domain,
         }
+    }
+
+    /// Makes the cache's entries expire by `rule`, read against `clock`.
+    pub(crate) fn with_expiry(mut self, clock: Clock, rule: Rule<K, V>) -> Self {
+        self.expiry = Some(Box::new(Expiring::new(clock, rule)));
+        self
     }
 
     #[inline]
@@ -342,6 +361,26 @@ where
         }
     }
 
+    /// Whether a value a lookup found may be returned: in a cache that expires entries,
+    /// whether it is before its deadline, whose move (if reads move it) this read then makes
+    /// (at most once a tick, X2). One test of the expiry's box when nothing expires.
+    #[inline(always)]
+    fn readable(&self, node: &Node<K, V>, value: &V) -> bool {
+        match &self.expiry {
+            None => true,
+            Some(x) => x.read(node, value),
+        }
+    }
+
+    /// Whether `node`'s value is past its deadline: then lookups treat it as absent.
+    #[inline(always)]
+    fn expired(&self, node: &Node<K, V>) -> bool {
+        match &self.expiry {
+            None => false,
+            Some(x) => x.is_past(node.deadline(), x.now()),
+        }
+    }
+
     fn weigh(&self, key: &K, value: &V) -> u64 {
         self.weigher.as_ref().map_or(1, |w| w(key, value))
     }
@@ -396,10 +435,16 @@ where
         eq: impl Fn(&K) -> bool,
         pin: &'g Pin<'_>,
     ) -> Option<&'g V> {
-        let found = self.find_value(hash, eq, &pin.guard).map(|(node, value)| {
-            self.touch(node);
-            value
-        });
+        let found = self
+            .shard(hash)
+            .find_bound(hash, eq, &pin.guard)
+            .and_then(|n| match n.view(&pin.guard) {
+                View::Ready { node, value } if self.readable(node, value) => {
+                    self.touch(node);
+                    Some(value)
+                }
+                _ => None,
+            });
         pin.looked_up(found.is_some());
         found
     }
@@ -415,7 +460,7 @@ where
         self.shard(hash)
             .find_bound(hash, eq, guard)
             .and_then(|n| match n.view(guard) {
-                View::Ready { node, value } => Some((node, value)),
+                View::Ready { node, value } if !self.expired(node) => Some((node, value)),
                 _ => None,
             })
     }

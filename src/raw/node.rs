@@ -20,6 +20,7 @@
 
 #![allow(unsafe_code)]
 
+use super::expire::NEVER;
 use super::handle::{Count, Counted, Handle};
 use super::slot::{Slot, DEAD, LOADING, READY};
 use super::strong::{Counts, Strong};
@@ -76,7 +77,7 @@ const TAGS: usize = 7;
 /// `u64 → u64` hit reads the node's first 32 bytes, one cache line for three of the four
 /// 16-byte-aligned places a 64-byte block can start at. What writers and the evictor read
 /// (the hash, the slot's state, the node's count, the weight) follows the value. A
-/// `u64 → u64` node is 56 bytes: a 64-byte block from the allocator.
+/// `u64 → u64` node is 64 bytes with the deadline.
 #[repr(C)]
 pub(crate) struct Node<K, V> {
     /// The value cell (**I4**, **I6**), one of:
@@ -112,6 +113,10 @@ pub(crate) struct Node<K, V> {
     /// published (the Release that publishes it orders the write), and read by threads that
     /// acquired the value or admitted the node.
     weight: AtomicU64,
+    /// When the value expires, in nanoseconds of the cache's clock ([`NEVER`] for never): written
+    /// before the value is published (like the weight), and moved by reads of a cache whose
+    /// reads extend it (X2 in `expire.rs`). Read only by caches that expire entries.
+    deadline: AtomicU64,
     /// Under loom, a copy of the weight in a tracked cell, read by whoever takes the value,
     /// so that the models check that publishing orders the weight before the value.
     #[cfg(runcache_loom)]
@@ -128,10 +133,11 @@ impl<K, V> Counts for Node<K, V> {
     }
 }
 
-// A `u64 → u64` node is 56 bytes with its counts and the policy's state: the only
-// allocation of the entry, a 64-byte block (an allocator adds 8 bytes of its own).
+// A `u64 → u64` node is 64 bytes with its counts, the policy's state and the deadline: the
+// only allocation of the entry, an 80-byte block where the allocator adds 8 bytes of its
+// own (64 without the deadline; docs/EXPERIMENTS.md, "A deadline in every node").
 #[cfg(not(runcache_loom))]
-const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 56);
+const _: () = assert!(std::mem::size_of::<Node<u64, u64>>() <= 64);
 
 // SAFETY: (N1) a node owns a `K`, maybe a `V`, an outcome and a node it forwards to; it moves
 // between threads with them. All shared state is atomic (the loom-only witness is written
@@ -214,6 +220,7 @@ impl<K, V> Node<K, V> {
             refs: AtomicU32::new(refs),
             key,
             weight: AtomicU64::new(weight),
+            deadline: AtomicU64::new(NEVER),
             #[cfg(runcache_loom)]
             witness: UnsafeCell::new(weight),
             counted,
@@ -306,6 +313,21 @@ impl<K, V> Node<K, V> {
                 _ => return false,
             }
         }
+    }
+
+    /// The value's deadline (see `deadline`).
+    #[inline(always)]
+    pub(crate) fn deadline(&self) -> u64 {
+        // Relaxed: written before the value's Release publication, which the caller followed
+        // to the node, or moved by a read, which orders nothing.
+        self.deadline.load(Ordering::Relaxed)
+    }
+
+    /// Sets the value's deadline: before its publication, or after a read (X2).
+    #[inline]
+    pub(crate) fn set_deadline(&self, deadline: u64) {
+        // Relaxed: see `deadline`.
+        self.deadline.store(deadline, Ordering::Relaxed);
     }
 
     /// The weight reserved for the value, for the policy (which got the node from the thread
@@ -661,6 +683,16 @@ pub(crate) fn hold<K, V>(node: &Node<K, V>) -> NodeRef<K, V> {
     unsafe {
         NodeRef::increment_strong_count(p);
         NodeRef::from_raw(p)
+    }
+}
+
+impl<K, V> super::expire::Scheduled for NodeRef<K, V> {
+    fn deadline(&self) -> u64 {
+        Node::deadline(self)
+    }
+
+    fn is_cached(&self) -> bool {
+        Node::is_cached(self)
     }
 }
 

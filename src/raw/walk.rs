@@ -62,7 +62,7 @@ where
             .iter()
             .flat_map(move |shard| shard.walk(&pin.guard))
             .filter_map(move |node| match node.view(&pin.guard) {
-                View::Ready { node, value } => Some((node.key(), value)),
+                View::Ready { node, value } if !self.expired(node) => Some((node.key(), value)),
                 _ => None,
             })
     }
@@ -77,6 +77,10 @@ where
                 let View::Ready { node, value } = node.view(&pin.guard) else {
                     continue;
                 };
+                // An expired entry is not asked about: the wheel takes it out.
+                if self.expired(node) {
+                    continue;
+                }
                 if keep(node.key(), value) {
                     continue;
                 }

@@ -75,18 +75,27 @@ where
                 .expect("the key is back in hand at every retry");
             let pos = shard.locate(hash, |k| k == q, &pin.guard);
             let Some(node) = pos.found else {
+                let deadline = match (&key, &value) {
+                    (Some(k), Some(v)) => self.deadline_of_new(k, v),
+                    _ => unreachable!("the key and the value are in hand at every retry"),
+                };
                 let room = self.reserve(weight, Some(hash), pin.stats);
                 if !room.made() {
                     let turned = room == Room::Turned;
                     return Err(self.refuse(&pin, key, value, weight, turned));
                 }
-                let node = NodeRef::into_raw(self.node_with(hash, &mut key, &mut value, weight, 0));
+                let node = self.node_with(hash, &mut key, &mut value, weight, 0);
+                // Not shared yet: linking publishes it.
+                node.set_deadline(deadline);
+                let node = NodeRef::into_raw(node);
                 // Counted before a remover can uncount it, in this thread's own block.
                 pin.stats.bump(Counter::Live);
                 if shard.link(&pos, node, &pin.guard) {
                     // SAFETY: (I1) linked, so the table holds a count and the node is alive; the
-                    // policy's queue takes one more (I1).
-                    self.admit(unsafe { &*node }, room);
+                    // policy's queue and the wheel take more (I1).
+                    let node = unsafe { &*node };
+                    self.admit(node, room);
+                    self.scheduled(node);
                     return Ok(None);
                 }
                 pin.stats.unbump(Counter::Live);
@@ -97,6 +106,10 @@ where
                 continue;
             };
             match node.view(&pin.guard) {
+                View::Ready { node: current, .. } if self.expired(current) => {
+                    // Past its deadline: taken out as expired, and the key is new again.
+                    self.take_expired(current, shard, &pin);
+                }
                 View::Ready {
                     node: current,
                     value: old,
@@ -104,6 +117,10 @@ where
                     // A value cell's word is the value's address; if the cell has changed
                     // since `view` read it, the CAS below fails and we retry.
                     let cell = old as *const V as usize;
+                    let deadline = match (&key, &value) {
+                        (Some(k), Some(v)) => self.deadline_of_update(k, v, current.deadline()),
+                        _ => unreachable!("the key and the value are in hand at every retry"),
+                    };
                     let shared = weight.min(current.acquired_weight());
                     if !self.reserve(weight - shared, None, pin.stats).made() {
                         return Err(self.refuse(&pin, key, value, weight, false));
@@ -111,6 +128,8 @@ where
                     // Made with a count for the forward besides the value's and ours, which
                     // goes to the slot: the replacement's counts take no read-modify-write.
                     let new = self.node_with(hash, &mut key, &mut value, weight, 1);
+                    // Not shared yet: the forward's swap publishes it.
+                    new.set_deadline(deadline);
                     // SAFETY: (S1) the count `create_counted` made for the forward.
                     let forward = unsafe { node::forward_counted(NodeRef::as_ptr(&new)) };
                     match current.swap_cell(cell, forward) {
@@ -142,6 +161,7 @@ where
                                 self.notify(to.key(), old, RemovalCause::Replaced);
                             }
                             self.admit(to, Room::Made);
+                            self.scheduled(to);
                             let capacity = self.budget.capacity();
                             self.retired(&pin, current.acquired_weight(), capacity);
                             return Ok(old.filter(|_| hand_back));
@@ -403,6 +423,13 @@ where
         let shard = self.shard(hash);
         let pin = self.pin_for(shard, hash);
         let node = shard.find(hash, |k| key.equivalent(k), &pin.guard)?;
+        if let View::Ready { node, .. } = node.view(&pin.guard) {
+            if self.expired(node) {
+                // Nothing live to remove: taken out as expired.
+                self.take_expired(node, shard, &pin);
+                return self.passing_on(None);
+            }
+        }
         let (weight, value) = self.take_if(node, shard, &pin, how, pred)?;
         pin.stats.bump(Counter::Removal);
         self.retired(&pin, weight, self.budget.capacity());

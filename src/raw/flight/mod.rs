@@ -102,7 +102,7 @@ where
         let shard = self.shard(hash);
         let pin = self.pin_for(shard, hash);
         match shard.find_bound(hash, eq, &pin.guard)?.view(&pin.guard) {
-            View::Ready { node, value } => {
+            View::Ready { node, value } if self.readable(node, value) => {
                 self.touch(node);
                 pin.looked_up(true);
                 Some(handle_of::<K, V>(value))
@@ -192,12 +192,20 @@ where
                 }
             };
             match node.view(&pin.guard) {
+                View::Ready { node: holder, .. } if self.expired(holder) => {
+                    // Past its deadline: taken out, and the key built anew.
+                    self.take_expired(holder, shard, &pin);
+                    continue;
+                }
                 View::Ready {
                     node: holder,
                     value,
                 } => {
-                    let value = handle_of::<K, V>(value);
                     self.touch(holder);
+                    if let Some(x) = &self.expiry {
+                        x.read(holder, value);
+                    }
+                    let value = handle_of::<K, V>(value);
                     pin.stats.bump(Counter::Hit);
                     return Step::Hit(value);
                 }
@@ -255,7 +263,7 @@ where
         E: Send + Sync + 'static,
         F: FnOnce(&K) -> Result<V, E>,
     {
-        // Ends the attempt as DEAD if the builder or the weigher unwinds.
+        // Ends the attempt as DEAD if the builder, the weigher or the expiry policy unwinds.
         let attempt = self.attempt(&node, shard);
         let result = build(node.key());
         self.conclude(attempt, result)
@@ -294,14 +302,18 @@ where
         let (served, listed) = match result {
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
+                let deadline = self.deadline_of_new(node.key(), &v);
                 let room = self.reserve(weight, Some(node.hash), stats);
                 if room.made() {
                     // Counted before a remover can uncount it, in this thread's own block.
                     stats.bump(Counter::Live);
+                    // Before the publication, which orders it as it does the weight.
+                    node.set_deadline(deadline);
                     let (value, listed) = node.publish(v, weight);
                     node.slot.finish(READY);
                     self.close(listed);
                     self.admit(node, room);
+                    self.scheduled(node);
                     attempt.done = true;
                     return Served::Built {
                         value,

@@ -1,0 +1,829 @@
+//! Expiry: the clock entries' deadlines are read against, the policy that sets them, and
+//! the timer wheel that takes expired entries out.
+//!
+//! A deadline is a node's own word (nanoseconds on the cache's [`Clock`], [`NEVER`] for
+//! none), written before its value is published. A lookup that finds a value past its
+//! deadline treats it as absent, whatever has reclaimed it or not; so an expired entry is
+//! never returned. A time-to-idle read moves the deadline forward, at most once per
+//! [`TICK`] (a plain store to the entry, as the frequency mark is). The wheel takes expired
+//! entries out of the table, their weight back to the budget and their values to the
+//! listener as [`RemovalCause::Expired`](super::RemovalCause::Expired), as the writes that
+//! run its steps or [`purge`](super::RawCache::purge_expired) reach their time.
+//!
+//! # Invariants of the wheel
+//!
+//! - **X1 (one keeper).** The wheel's buckets are touched only by the thread that holds its
+//!   `keeper` flag, which a thread takes by a swap and never waits for: one that finds it
+//!   held goes on without a step (the holder is stepping). So the buckets are plain vectors
+//!   behind an `UnsafeCell`, and nothing on a lookup or a write waits for the wheel.
+//! - **X2 (schedules are hints).** A node is scheduled once per deadline it was published
+//!   with (into the lock-free inbox, which the keeper drains into the buckets). A bucket holds
+//!   a node at or before its deadline's time: a keeper that reaches a node whose deadline
+//!   moved later (a time-to-idle read) places it again, and one whose value has left the
+//!   cache drops it. So a node is taken out as expired only by a keeper that read its
+//!   deadline passed, through the same compare-and-swap as every other removal, and at most
+//!   once.
+//! - **X3 (no schedule forgotten).** Writes skip the wheel while its step hint says nothing
+//!   can be due: a tick, and a count of schedules, in one word. A schedule lowers the tick
+//!   to its deadline's and counts itself; the keeper reads the word before it drains the
+//!   inbox and raises the tick to the wheel's next one only if the word is still what it
+//!   read. Both are read-modify-writes of that one word, so a node scheduled while the
+//!   keeper steps (after its drain) keeps a tick at or before its deadline's, and the first
+//!   step from then on places it. A hint that is low only costs a step that finds nothing.
+
+#![allow(unsafe_code)]
+
+use super::counter::Counter;
+use super::node::{hold, Node, NodeRef};
+use super::table::Shard;
+use super::write::Take;
+use super::{Pin, RawCache, RemovalCause};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, Queue, UnsafeCell};
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A deadline that never comes.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// The wheel's finest bucket, in bits of nanoseconds (2^20 ns, about 1 ms): an expired entry
+/// is taken out within about this long after its deadline once steps run, and a
+/// time-to-idle read writes its entry's deadline at most once per tick.
+const TICK_BITS: u32 = 20;
+/// [`TICK_BITS`] as a duration in nanoseconds.
+pub(crate) const TICK: u64 = 1 << TICK_BITS;
+/// Buckets per level, in bits: each level's bucket spans the whole of the level below.
+const SPAN_BITS: u32 = 6;
+const SPAN: usize = 1 << SPAN_BITS;
+/// Levels: 64 ticks (67 ms), 4.3 s, 4.6 min and 4.9 h a turn; later deadlines wait in the
+/// overflow and are placed again once they come within the last level's turn.
+const LEVELS: usize = 4;
+/// A step that finds the wheel this many ticks behind places everything again rather than
+/// turning bucket by bucket: the work is then bound by the entries, not by the time idle.
+const JUMP: u64 = (SPAN as u64) * (SPAN as u64);
+/// The most expired entries one write's step takes out, so that no write pays for a burst
+/// of deadlines alone; [`purge`](super::RawCache::purge_expired) takes them all.
+pub(crate) const STEP: usize = if cfg!(runcache_loom) { 2 } else { 256 };
+
+/// Where a cache reads the time.
+///
+/// [`Clock::coarse`] (the default) is the operating system's monotonic clock at its coarse
+/// resolution where it has one (Linux's `CLOCK_MONOTONIC_COARSE`, a read of the kernel's
+/// last tick, a few milliseconds; elsewhere `std::time::Instant`). [`Clock::manual`] is a
+/// clock that only moves when told to, for tests.
+///
+/// A clock never goes back: the coarse clock is monotonic, and a manual clock only
+/// advances.
+///
+/// ```
+/// use runcache::{Cache, Clock};
+/// use std::time::Duration;
+///
+/// let (clock, hand) = Clock::manual();
+/// let cache = Cache::<u32, u32>::builder()
+///     .capacity(10)
+///     .time_to_live(Duration::from_secs(60))
+///     .clock(clock)
+///     .build()?;
+/// cache.put(1, 1).unwrap();
+/// hand.advance(Duration::from_secs(59));
+/// assert!(cache.get(&1).is_some());
+/// hand.advance(Duration::from_secs(1));
+/// assert!(cache.get(&1).is_none());
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Clock(Source);
+
+#[derive(Clone, Debug, Default)]
+enum Source {
+    #[default]
+    Coarse,
+    // A std atomic under loom too: the time is not part of any protocol the models check.
+    Manual(Arc<std::sync::atomic::AtomicU64>),
+}
+
+/// The hand of a [`Clock::manual`] clock: moves it forward.
+#[derive(Clone, Debug)]
+pub struct ManualClock(Arc<std::sync::atomic::AtomicU64>);
+
+impl Clock {
+    /// The operating system's coarse monotonic clock (the default).
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock};
+    /// use std::time::Duration;
+    ///
+    /// let cache = Cache::<u32, u32>::builder()
+    ///     .time_to_live(Duration::from_secs(3_600))
+    ///     .clock(Clock::coarse())
+    ///     .build()?;
+    /// cache.put(1, 1).unwrap();
+    /// assert!(cache.get(&1).is_some());
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn coarse() -> Self {
+        Self(Source::Coarse)
+    }
+
+    /// A clock that starts at zero and moves only by its hand's
+    /// [`advance`](ManualClock::advance).
+    ///
+    /// ```
+    /// use runcache::Clock;
+    /// use std::time::Duration;
+    ///
+    /// let (_clock, hand) = Clock::manual();
+    /// assert_eq!(hand.elapsed(), Duration::ZERO);
+    /// ```
+    pub fn manual() -> (Self, ManualClock) {
+        let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        (Self(Source::Manual(Arc::clone(&time))), ManualClock(time))
+    }
+
+    /// Now, in nanoseconds of this clock.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        match &self.0 {
+            Source::Coarse => coarse_now(),
+            // Relaxed: the time is a value of its own; an entry's deadline is compared with
+            // it, never published through it.
+            Source::Manual(t) => t.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl ManualClock {
+    /// Moves the clock forward by `by` (saturating at the clock's end, some 584 years on).
+    ///
+    /// ```
+    /// use runcache::Clock;
+    /// use std::time::Duration;
+    ///
+    /// let (_clock, hand) = Clock::manual();
+    /// hand.advance(Duration::from_secs(2));
+    /// hand.advance(Duration::MAX);
+    /// assert_eq!(hand.elapsed(), Duration::from_nanos(u64::MAX));
+    /// ```
+    pub fn advance(&self, by: Duration) {
+        let by = nanos(by);
+        // Relaxed: see `Clock::now`.
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_add(by))
+            });
+    }
+
+    /// The time on the clock, from its start.
+    ///
+    /// ```
+    /// use runcache::Clock;
+    /// use std::time::Duration;
+    ///
+    /// let (_clock, hand) = Clock::manual();
+    /// hand.advance(Duration::from_millis(3));
+    /// assert_eq!(hand.elapsed(), Duration::from_millis(3));
+    /// ```
+    pub fn elapsed(&self) -> Duration {
+        // Relaxed: see `Clock::now`.
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// The coarse monotonic clock, in nanoseconds.
+#[cfg(target_os = "linux")]
+#[inline]
+fn coarse_now() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every
+    // Linux since 2.6.32 and cannot fail with a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The monotonic clock, in nanoseconds since the first read.
+#[cfg(not(target_os = "linux"))]
+fn coarse_now() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(NEVER - 1)
+}
+
+/// Bits of the step hint (X3) that count schedules; the others hold a tick.
+const COUNT_BITS: u32 = 20;
+/// The hint's tick for "nothing scheduled": past every deadline's tick.
+const NO_TICK: u64 = u64::MAX >> COUNT_BITS;
+
+/// The step hint (X3): the tick `at` (capped at [`NO_TICK`]) and the low bits of `count`.
+fn hint(at: u64, count: u64) -> u64 {
+    (at.min(NO_TICK) << COUNT_BITS) | (count & ((1 << COUNT_BITS) - 1))
+}
+
+/// The first tick at whose start a deadline has surely passed: the wheel hands a node out
+/// when it turns to that tick, within a tick of its deadline.
+fn due_tick(deadline: u64) -> u64 {
+    (deadline >> TICK_BITS) + 1
+}
+
+/// A duration in nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The deadline `d` after `now`; [`NEVER`] if it lies past the clock's end.
+pub(crate) fn after(now: u64, d: Duration) -> u64 {
+    now.checked_add(nanos(d)).unwrap_or(NEVER)
+}
+
+/// The time left from `now` to `deadline`, `None` for a deadline that never comes.
+pub(crate) fn left(now: u64, deadline: u64) -> Option<Duration> {
+    (deadline != NEVER).then(|| Duration::from_nanos(deadline.saturating_sub(now)))
+}
+
+/// When an entry expires, decided per entry (see
+/// [`CacheBuilder::expire_after`](crate::CacheBuilder::expire_after)).
+///
+/// Each method returns the time the entry has left from now; `None` from
+/// [`after_read`](Self::after_read) and [`after_update`](Self::after_update) keeps the
+/// deadline it has. A duration past the clock's end (`Duration::MAX`) means never; a zero
+/// duration expires the entry at once. The methods run on the caller's thread, inside the
+/// operation that asked: a panic there unwinds that operation as a panicking builder or
+/// weigher does (the entry is not cached and its weight is not taken; a read keeps the
+/// entry as it was).
+///
+/// ```
+/// use runcache::{Cache, Clock, Expiry};
+/// use std::time::Duration;
+///
+/// /// Plans live as long as their statistics stay fresh: the value says how long.
+/// struct Fresh;
+/// impl Expiry<&'static str, u64> for Fresh {
+///     fn after_create(&self, _: &&'static str, secs: &u64) -> Option<Duration> {
+///         Some(Duration::from_secs(*secs))
+///     }
+/// }
+///
+/// let (clock, hand) = Clock::manual();
+/// let cache = Cache::builder().capacity(10).expire_after(Fresh).clock(clock).build()?;
+/// cache.put("short", 1).unwrap();
+/// cache.put("long", 100).unwrap();
+/// hand.advance(Duration::from_secs(2));
+/// assert!(cache.get("short").is_none());
+/// assert!(cache.get("long").is_some());
+/// # Ok::<(), runcache::ConfigError>(())
+/// ```
+pub trait Expiry<K, V>: Send + Sync {
+    /// The time a new entry lives; `None`: it never expires.
+    fn after_create(&self, key: &K, value: &V) -> Option<Duration>;
+
+    /// The time an entry has left after a lookup found it, given what it had left
+    /// (`None`: it never expires); `None` keeps its deadline. The default keeps it.
+    fn after_read(&self, key: &K, value: &V, left: Option<Duration>) -> Option<Duration> {
+        let _ = (key, value, left);
+        None
+    }
+
+    /// The time an entry has left after an insert replaced its value, given what the old
+    /// value had left; `None` keeps the old deadline. The default keeps it.
+    fn after_update(&self, key: &K, value: &V, left: Option<Duration>) -> Option<Duration> {
+        let _ = (key, value, left);
+        None
+    }
+}
+
+/// What a node tells the wheel.
+pub(crate) trait Scheduled {
+    /// Its deadline now (it moves on time-to-idle reads).
+    fn deadline(&self) -> u64;
+    /// Whether it still holds a cached value.
+    fn is_cached(&self) -> bool;
+}
+
+/// How a cache sets its entries' deadlines: one rule per cache (a policy can combine the
+/// others, as the builder's error says).
+pub(crate) enum Rule<K, V> {
+    /// A fixed time from each write.
+    Live(Duration),
+    /// A fixed time from each write or read.
+    Idle(Duration),
+    /// The user's policy.
+    Policy(Box<dyn Expiry<K, V>>),
+}
+
+/// A cache's expiry rule and its wheel.
+pub(crate) struct Expiring<K, V, T> {
+    clock: Clock,
+    rule: Rule<K, V>,
+    /// Nodes published with a deadline, for the keeper to place (X2).
+    inbox: Queue<T>,
+    /// Held by the thread stepping the wheel (X1).
+    keeper: AtomicBool,
+    wheel: UnsafeCell<Wheel<T>>,
+    /// The step hint (X3): the tick before which no step can find work, and a count of
+    /// schedules (so that a keeper raises the tick only if nothing was scheduled while it
+    /// stepped).
+    due: AtomicU64,
+}
+
+// SAFETY: (X1) the wheel is touched only by the keeper; everything else is Sync.
+unsafe impl<K, V, T: Send> Sync for Expiring<K, V, T> {}
+
+impl<K, V, T: Scheduled> Expiring<K, V, T> {
+    pub(crate) fn new(clock: Clock, rule: Rule<K, V>) -> Self {
+        let now = clock.now();
+        Self {
+            clock,
+            rule,
+            inbox: Queue::new(),
+            keeper: AtomicBool::new(false),
+            wheel: UnsafeCell::new(Wheel::new(now >> TICK_BITS)),
+            due: AtomicU64::new(hint(NO_TICK, 0)),
+        }
+    }
+
+    /// Now, on the cache's clock.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Whether a value due at `deadline` has expired at `now`.
+    #[inline(always)]
+    pub(crate) fn is_past(&self, deadline: u64, now: u64) -> bool {
+        deadline != NEVER && deadline <= now
+    }
+
+    /// The deadline of a new entry created `now`.
+    pub(crate) fn on_create(&self, key: &K, value: &V, now: u64) -> u64 {
+        match &self.rule {
+            Rule::Live(d) | Rule::Idle(d) => after(now, *d),
+            Rule::Policy(p) => p.after_create(key, value).map_or(NEVER, |d| after(now, d)),
+        }
+    }
+
+    /// The deadline of a value that replaced one due at `old`.
+    pub(crate) fn on_update(&self, key: &K, value: &V, old: u64, now: u64) -> u64 {
+        match &self.rule {
+            Rule::Live(d) | Rule::Idle(d) => after(now, *d),
+            Rule::Policy(p) => p
+                .after_update(key, value, left(now, old))
+                .map_or(old, |d| after(now, d)),
+        }
+    }
+
+    /// The new deadline after a read `now` of an entry due at `old`, if it moves. A moved
+    /// deadline is written only if it moves by a tick or more, or the old one is within a
+    /// tick: a time-to-idle entry read all the time writes its deadline once per tick.
+    #[inline]
+    pub(crate) fn on_read(&self, key: &K, value: &V, old: u64, now: u64) -> Option<u64> {
+        let new = match &self.rule {
+            Rule::Live(_) => return None,
+            Rule::Idle(d) => after(now, *d),
+            Rule::Policy(p) => after(now, p.after_read(key, value, left(now, old))?),
+        };
+        (new != old && (new.abs_diff(old) >= TICK || old.saturating_sub(now) < TICK)).then_some(new)
+    }
+
+    /// Hands the wheel a node just published with `deadline` (X2).
+    pub(crate) fn schedule(&self, node: T, deadline: u64) {
+        if deadline == NEVER {
+            return;
+        }
+        self.inbox.push(node);
+        let at = deadline >> TICK_BITS;
+        // Relaxed: a hint (X3); read-modify-writes, so no lowering is lost to a keeper's
+        // update, which reads the same word.
+        let _ = self
+            .due
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                Some(hint(at.min(h >> COUNT_BITS), h + 1))
+            });
+    }
+
+    /// Whether a step may find work: something scheduled since the last step may be due,
+    /// or a deadline in the wheel reached (X3).
+    #[inline]
+    pub(crate) fn step_due(&self, now: u64) -> bool {
+        // Relaxed: a hint (X3).
+        self.due.load(Ordering::Relaxed) >> COUNT_BITS <= now >> TICK_BITS
+    }
+
+    /// Steps the wheel to `now` if no other thread is stepping it (X1): places what the
+    /// inbox holds, and hands `expire` each node whose deadline passed, up to `most` of
+    /// them (the rest stay due for the next step). `expire` runs after the wheel is let
+    /// go, so a listener it calls may use the cache. Returns how many it was handed.
+    pub(crate) fn step(&self, now: u64, most: usize, mut expire: impl FnMut(T)) -> usize {
+        // Acquire: pairs with the Release that let the wheel go, so this keeper sees the
+        // buckets as the last one left them (X1).
+        if self.keeper.swap(true, Ordering::Acquire) {
+            return 0;
+        }
+        // Read before the inbox is drained (X3). Relaxed: a hint.
+        let seen = self.due.load(Ordering::Relaxed);
+        let (taken, next) = self.wheel.with_mut(|w| {
+            // SAFETY: (X1) the flag is ours: no other thread touches the wheel.
+            let w = unsafe { &mut *w };
+            w.now = w.now.max(now);
+            while let Some(n) = self.inbox.pop() {
+                w.place(n);
+            }
+            let taken = w.advance(now, most);
+            (taken, w.next_due())
+        });
+        // Raised to the wheel's next tick only if nothing was scheduled since `seen` (X3).
+        // Relaxed: a hint.
+        let _ = self
+            .due
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                let at = if h == seen {
+                    next
+                } else {
+                    next.min(h >> COUNT_BITS)
+                };
+                Some(hint(at, h))
+            });
+        // Release: pairs with the next keeper's Acquire (X1).
+        // A read-modify-write, not a store: every access to the flag is then a swap of one
+        // word. (The loom model, with a plain store here, let a later keeper's swap read the
+        // flag as still held after this thread had let it go, and the purge after it found
+        // the wheel taken for good.)
+        let _ = self.keeper.swap(false, Ordering::Release);
+        let n = taken.len();
+        taken.into_iter().for_each(&mut expire);
+        n
+    }
+
+    /// Nodes the wheel holds, including those whose values left the cache since (tests).
+    #[cfg(test)]
+    pub(crate) fn scheduled(&self) -> usize {
+        // SAFETY: (X1) the tests step the wheel from one thread, so none is stepping it now.
+        self.inbox.len() + self.wheel.with_mut(|w| unsafe { &*w }.len)
+    }
+}
+
+/// The buckets (X1): `levels[l * SPAN + i]` holds nodes due within the `i`th span of level
+/// `l`'s turn, `due` those found due and not yet handed out.
+struct Wheel<T> {
+    /// The tick the wheel has been turned to.
+    tick: u64,
+    /// The time of the last step: a node placed with its deadline passed is due at once.
+    now: u64,
+    /// `LEVELS * SPAN` buckets, level by level (on the heap: a whole wheel is 6 KiB of
+    /// vectors).
+    levels: Box<[Vec<T>]>,
+    overflow: Vec<T>,
+    due: Vec<T>,
+    /// Nodes in the buckets, `due` included.
+    len: usize,
+    /// Live nodes when the wheel last dropped its dead ones (for the next drop's due).
+    live_at_sweep: usize,
+}
+
+impl<T: Scheduled> Wheel<T> {
+    fn new(tick: u64) -> Self {
+        Self {
+            tick,
+            now: 0,
+            levels: (0..LEVELS * SPAN).map(|_| Vec::new()).collect(),
+            overflow: Vec::new(),
+            due: Vec::new(),
+            len: 0,
+            live_at_sweep: 0,
+        }
+    }
+
+    /// Puts a node in the bucket of its deadline, relative to the wheel's tick; a node
+    /// whose value left the cache is dropped.
+    fn place(&mut self, n: T) {
+        if !n.is_cached() {
+            return;
+        }
+        let deadline = n.deadline();
+        let at = due_tick(deadline);
+        self.len += 1;
+        if at <= self.tick || deadline <= self.now {
+            self.due.push(n);
+            return;
+        }
+        let delta = at - self.tick;
+        for level in 0..LEVELS {
+            if delta < 1 << (SPAN_BITS * (level as u32 + 1)) {
+                let i = (at >> (SPAN_BITS * level as u32)) as usize & (SPAN - 1);
+                self.levels[level * SPAN + i].push(n);
+                return;
+            }
+        }
+        self.overflow.push(n);
+    }
+
+    /// Turns the wheel to `now`, and takes up to `most` nodes whose deadlines passed.
+    fn advance(&mut self, now: u64, most: usize) -> Vec<T> {
+        let target = now >> TICK_BITS;
+        let mut taken = Vec::new();
+        if target > self.tick.saturating_add(JUMP) {
+            // Long idle: place everything again, relative to now.
+            let all = self.drain_all();
+            self.tick = target;
+            all.into_iter().for_each(|n| self.place(n));
+        }
+        loop {
+            while taken.len() < most {
+                let Some(n) = self.due.pop() else { break };
+                self.len -= 1;
+                if !n.is_cached() {
+                    continue;
+                }
+                if n.deadline() > now {
+                    // Its deadline moved (a time-to-idle read): it waits again (X2).
+                    self.place(n);
+                    continue;
+                }
+                taken.push(n);
+            }
+            if taken.len() >= most || self.tick >= target {
+                break;
+            }
+            self.turn();
+        }
+        self.sweep_dead();
+        taken
+    }
+
+    /// Moves the wheel one tick on: the buckets that turn over are placed again, and the
+    /// finest bucket of the new tick becomes due.
+    fn turn(&mut self) {
+        self.tick += 1;
+        let t = self.tick;
+        // The coarser levels whose span begins at this tick, coarsest first.
+        for level in (1..LEVELS).rev() {
+            if t & ((1 << (SPAN_BITS * level as u32)) - 1) == 0 {
+                let i = (t >> (SPAN_BITS * level as u32)) as usize & (SPAN - 1);
+                let nodes = std::mem::take(&mut self.levels[level * SPAN + i]);
+                self.len -= nodes.len();
+                nodes.into_iter().for_each(|n| self.place(n));
+                if level == LEVELS - 1 && i == 0 {
+                    let far = std::mem::take(&mut self.overflow);
+                    self.len -= far.len();
+                    far.into_iter().for_each(|n| self.place(n));
+                }
+            }
+        }
+        let i = t as usize & (SPAN - 1);
+        let nodes = std::mem::take(&mut self.levels[i]);
+        self.due.extend(nodes);
+    }
+
+    fn drain_all(&mut self) -> Vec<T> {
+        let mut all = std::mem::take(&mut self.due);
+        for b in self.levels.iter_mut() {
+            all.append(b);
+        }
+        all.append(&mut self.overflow);
+        self.len = 0;
+        all
+    }
+
+    /// Drops the nodes whose values left the cache once they outnumber the live ones (a
+    /// removed or evicted node waits in its bucket until its deadline's tick otherwise):
+    /// the work is amortized over the removals that made them.
+    fn sweep_dead(&mut self) {
+        if self.len < 2 * self.live_at_sweep + 1024 {
+            return;
+        }
+        let keep = |b: &mut Vec<T>| b.retain(Scheduled::is_cached);
+        keep(&mut self.due);
+        self.levels.iter_mut().for_each(keep);
+        keep(&mut self.overflow);
+        self.len =
+            self.due.len() + self.overflow.len() + self.levels.iter().map(Vec::len).sum::<usize>();
+        self.live_at_sweep = self.len;
+    }
+
+    /// The earliest tick a step may find a node due in: the wheel's tick while nodes are
+    /// due, else its next one; [`NO_TICK`] when it holds none.
+    fn next_due(&self) -> u64 {
+        if !self.due.is_empty() {
+            self.now >> TICK_BITS
+        } else if self.len == 0 {
+            NO_TICK
+        } else {
+            self.tick + 1
+        }
+    }
+}
+
+impl<K, V> Expiring<K, V, NodeRef<K, V>> {
+    /// A lookup's read of `node`'s `value`: whether it is before its deadline, and if so
+    /// the deadline's move, where reads move it (X2).
+    #[inline]
+    pub(crate) fn read(&self, node: &Node<K, V>, value: &V) -> bool {
+        let now = self.now();
+        let deadline = node.deadline();
+        if self.is_past(deadline, now) {
+            return false;
+        }
+        if let Some(new) = self.on_read(node.key(), value, deadline, now) {
+            node.set_deadline(new);
+        }
+        true
+    }
+}
+
+impl<K, V, S> RawCache<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// The deadline of a new entry, made now; [`NEVER`] in a cache that expires nothing.
+    pub(super) fn deadline_of_new(&self, key: &K, value: &V) -> u64 {
+        match &self.expiry {
+            None => NEVER,
+            Some(x) => x.on_create(key, value, x.now()),
+        }
+    }
+
+    /// The deadline of a value replacing one due at `old`.
+    pub(super) fn deadline_of_update(&self, key: &K, value: &V, old: u64) -> u64 {
+        match &self.expiry {
+            None => NEVER,
+            Some(x) => x.on_update(key, value, old, x.now()),
+        }
+    }
+
+    /// Hands the wheel a node just published (X2), and takes a step of it: up to [`STEP`]
+    /// expired entries out, if any can be due.
+    pub(super) fn scheduled(&self, node: &Node<K, V>) {
+        let Some(x) = &self.expiry else { return };
+        let deadline = node.deadline();
+        if deadline != NEVER {
+            x.schedule(hold(node), deadline);
+        }
+        self.expire_step(x, STEP);
+    }
+
+    /// Takes out up to `most` expired entries, if the wheel can hold any due and no other
+    /// thread is stepping it (X1); returns how many it took out.
+    fn expire_step(&self, x: &Expiring<K, V, NodeRef<K, V>>, most: usize) -> usize {
+        let now = x.now();
+        if !x.step_due(now) {
+            return 0;
+        }
+        let pin = self.pin();
+        let mut out = 0;
+        x.step(now, most, |n| {
+            if self.take_expired(&n, self.shard(n.hash), &pin) {
+                out += 1;
+            }
+        });
+        out
+    }
+
+    /// Takes the value of a node past its deadline out (the listener hears
+    /// [`RemovalCause::Expired`]); whether this call took it.
+    pub(super) fn take_expired(
+        &self,
+        node: &Node<K, V>,
+        shard: &Shard<K, V>,
+        pin: &Pin<'_>,
+    ) -> bool {
+        let how = Take::node(RemovalCause::Expired);
+        match self.take_if(node, shard, pin, how, |_| self.expired(node)) {
+            Some((weight, _)) => {
+                pin.stats.bump(Counter::Expiration);
+                self.retired(pin, weight, self.budget.capacity());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes out every entry whose deadline has passed, unless another thread is doing so
+    /// (X1); returns how many this call took out.
+    pub(crate) fn purge_expired(&self) -> usize {
+        let Some(x) = &self.expiry else { return 0 };
+        let mut out = 0;
+        loop {
+            let n = self.expire_step(x, usize::MAX);
+            out += n;
+            if n == 0 {
+                break;
+            }
+        }
+        self.passing_on(out)
+    }
+}
+
+#[cfg(all(test, not(runcache_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool as StdBool;
+
+    /// A test node: a deadline and whether it is cached.
+    #[derive(Clone)]
+    struct N(Arc<(std::sync::atomic::AtomicU64, StdBool)>);
+
+    impl N {
+        fn new(deadline: u64) -> Self {
+            Self(Arc::new((
+                std::sync::atomic::AtomicU64::new(deadline),
+                StdBool::new(true),
+            )))
+        }
+    }
+
+    impl Scheduled for N {
+        fn deadline(&self) -> u64 {
+            self.0 .0.load(Ordering::Relaxed)
+        }
+        fn is_cached(&self) -> bool {
+            self.0 .1.load(Ordering::Relaxed)
+        }
+    }
+
+    fn wheel() -> Expiring<(), (), N> {
+        Expiring::new(Clock::manual().0, Rule::Live(Duration::ZERO))
+    }
+
+    #[test]
+    fn nodes_come_due_within_a_tick_of_their_deadlines_at_every_level() {
+        let w = wheel();
+        // Deadlines at every level's reach and past the last one.
+        let deadlines = [
+            0,
+            5 * TICK,
+            70 * TICK,
+            5_000 * TICK,
+            300_000 * TICK,
+            1 << 45,
+        ];
+        let nodes: Vec<N> = deadlines.iter().map(|&d| N::new(d)).collect();
+        for n in &nodes {
+            w.schedule(n.clone(), n.deadline());
+        }
+        for &d in &deadlines {
+            if d > TICK {
+                assert_eq!(w.step(d - TICK - 1, usize::MAX, |_| {}), 0, "{d}");
+            }
+            let mut got = Vec::new();
+            w.step(d + TICK, usize::MAX, |n| got.push(n.deadline()));
+            assert_eq!(got, [d]);
+        }
+        assert_eq!(w.scheduled(), 0);
+    }
+
+    #[test]
+    fn a_moved_deadline_waits_again_and_a_removed_node_is_dropped() {
+        let w = wheel();
+        let (moved, removed) = (N::new(10 * TICK), N::new(10 * TICK));
+        w.schedule(moved.clone(), moved.deadline());
+        w.schedule(removed.clone(), removed.deadline());
+        moved.0 .0.store(100 * TICK, Ordering::Relaxed);
+        removed.0 .1.store(false, Ordering::Relaxed);
+        assert_eq!(w.step(50 * TICK, usize::MAX, |_| {}), 0);
+        assert_eq!(w.scheduled(), 1, "the removed node was dropped");
+        assert_eq!(w.step(101 * TICK, usize::MAX, |_| {}), 1);
+    }
+
+    #[test]
+    fn a_step_hands_out_at_most_its_share_and_the_rest_stays_due() {
+        let w = wheel();
+        let nodes: Vec<N> = (0..1_000).map(|i| N::new(i * 7)).collect();
+        for n in &nodes {
+            w.schedule(n.clone(), n.deadline());
+        }
+        assert_eq!(w.step(TICK * 10, 300, |_| {}), 300);
+        assert!(w.step_due(TICK * 10));
+        assert_eq!(w.step(TICK * 10, usize::MAX, |_| {}), 700);
+        assert!(!w.step_due(TICK * 10));
+    }
+
+    #[test]
+    fn a_long_idle_costs_the_entries_not_the_ticks() {
+        let w = wheel();
+        let far = N::new(NEVER - 1);
+        let soon = N::new(3 * TICK);
+        w.schedule(far.clone(), far.deadline());
+        w.schedule(soon.clone(), soon.deadline());
+        // Some 500 years of ticks: turned bucket by bucket, this would never end.
+        assert_eq!(w.step(NEVER - (1 << 40), usize::MAX, |_| {}), 1);
+        assert_eq!(w.scheduled(), 1);
+    }
+
+    #[test]
+    fn durations_saturate_at_the_clock_end() {
+        assert_eq!(after(5, Duration::MAX), NEVER);
+        assert_eq!(after(NEVER - 1, Duration::from_nanos(2)), NEVER);
+        assert_eq!(left(10, NEVER), None);
+        assert_eq!(left(10, 4), Some(Duration::ZERO));
+        let (clock, hand) = Clock::manual();
+        hand.advance(Duration::MAX);
+        assert_eq!(clock.now(), u64::MAX);
+    }
+}
