@@ -15,6 +15,7 @@
 pub mod cache;
 pub mod config;
 pub mod evicting;
+pub mod expiring;
 pub mod flight;
 pub mod grouped;
 pub mod lin;

@@ -4,7 +4,7 @@
 //! operations, when a run fails.
 
 use proptest::prelude::*;
-use runcache_model::{cache, evicting, flight, grouped, multi, ops};
+use runcache_model::{cache, evicting, expiring, flight, grouped, multi, ops};
 
 /// Up to 300 operations' worth of bytes.
 fn chunks() -> impl Strategy<Value = Vec<Vec<u8>>> {
@@ -28,6 +28,12 @@ proptest! {
     ) {
         let input = evicting::Input { capacity, shards, ops: ops(&c) };
         evicting::run(input).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn expiring_cache_matches_its_model_with_deadlines(live: u8, capacity: u8, c in chunks()) {
+        let input = expiring::Input { live, capacity, ops: ops(&c) };
+        expiring::run(input).map_err(TestCaseError::fail)?;
     }
 
     #[test]

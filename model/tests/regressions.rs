@@ -2,7 +2,7 @@
 //! (copied there from `fuzz/artifacts/` when fixed) and a few corpus seeds per target, so each
 //! one stays fixed in the ordinary test run, without cargo-fuzz.
 
-use runcache_model::{cache, config, decode, evicting, flight, grouped, multi, Outcome};
+use runcache_model::{cache, config, decode, evicting, expiring, flight, grouped, multi, Outcome};
 use std::path::Path;
 
 fn replay(target: &str, run: impl Fn(&[u8]) -> Outcome) {
@@ -29,6 +29,11 @@ fn typed<'a, T: arbitrary::Arbitrary<'a>>(bytes: &'a [u8], run: fn(T) -> Outcome
 #[test]
 fn cache_ops_regressions_pass() {
     replay("cache_ops", |b| typed(b, cache::run));
+}
+
+#[test]
+fn expiry_regressions_pass() {
+    replay("expiry", |b| typed(b, expiring::run));
 }
 
 #[test]
