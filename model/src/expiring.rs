@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The wheel's tick (2^20 ns, `src/raw/expire.rs`): a purge leaves nothing expired for longer.
+/// The wheel's tick (2^20 ns, `src/raw/expire/`): a purge leaves nothing expired for longer.
 const TICK: u64 = 1 << 20;
 
 /// One operation; keys are taken modulo 16 so that operations meet.

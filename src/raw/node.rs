@@ -20,7 +20,6 @@
 
 #![allow(unsafe_code)]
 
-use super::expire::NEVER;
 use super::handle::{Count, Counted, Handle};
 use super::slot::{Slot, DEAD, LOADING, READY};
 use super::strong::{Counts, Strong};
@@ -55,6 +54,10 @@ pub(crate) enum View<'a, K, V> {
     Loading,
     Dead,
 }
+
+/// A deadline that never comes (see `deadline`; the expiry that sets deadlines is in
+/// `expire/`).
+pub(crate) const NEVER: u64 = u64::MAX;
 
 /// Tag of a value cell that forwards to the node that replaced this one.
 const FORWARD: usize = 1;
@@ -115,7 +118,7 @@ pub(crate) struct Node<K, V> {
     weight: AtomicU64,
     /// When the value expires, in nanoseconds of the cache's clock ([`NEVER`] for never): written
     /// before the value is published (like the weight), and moved by reads of a cache whose
-    /// reads extend it (X2 in `expire.rs`). Read only by caches that expire entries.
+    /// reads extend it (X2 in `expire/`). Read only by caches that expire entries.
     deadline: AtomicU64,
     /// Under loom, a copy of the weight in a tracked cell, read by whoever takes the value,
     /// so that the models check that publishing orders the weight before the value.
@@ -683,16 +686,6 @@ pub(crate) fn hold<K, V>(node: &Node<K, V>) -> NodeRef<K, V> {
     unsafe {
         NodeRef::increment_strong_count(p);
         NodeRef::from_raw(p)
-    }
-}
-
-impl<K, V> super::expire::Scheduled for NodeRef<K, V> {
-    fn deadline(&self) -> u64 {
-        Node::deadline(self)
-    }
-
-    fn is_cached(&self) -> bool {
-        Node::is_cached(self)
     }
 }
 
