@@ -192,22 +192,19 @@ where
                 }
             };
             match node.view(&pin.guard) {
-                View::Ready { node: holder, .. } if self.expired(holder) => {
-                    // Past its deadline: taken out, and the key built anew.
-                    self.take_expired(holder, shard, &pin);
-                    continue;
-                }
                 View::Ready {
                     node: holder,
                     value,
-                } => {
+                } if self.readable(holder, value) => {
                     self.touch(holder);
-                    if let Some(x) = &self.expiry {
-                        x.read(holder, value);
-                    }
                     let value = handle_of::<K, V>(value);
                     pin.stats.bump(Counter::Hit);
                     return Step::Hit(value);
+                }
+                View::Ready { node: holder, .. } => {
+                    // Past its deadline: taken out, and the key built anew.
+                    self.take_expired(holder, shard, &pin);
+                    continue;
                 }
                 View::Dead => continue,
                 View::Loading => {
