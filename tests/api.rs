@@ -207,6 +207,7 @@ fn every_public_method_of_the_facade_shows_an_example() {
         "src/cache/outcome.rs",
         "src/cache/future.rs",
         "src/cache/pinned.rs",
+        "src/cache/size.rs",
         "src/raw/handle.rs",
         "src/raw/expire/mod.rs",
         "src/error.rs",
