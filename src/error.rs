@@ -105,6 +105,10 @@ pub struct InsertError<K, V> {
     /// asked for more often than the entries it would displace, together (see
     /// [`WhenFull::Evict`](crate::WhenFull::Evict)). `false` when it does not fit at all.
     pub turned_away: bool,
+    /// Whether it came with a time to live
+    /// ([`Cache::insert_expiring`](crate::Cache::insert_expiring)) to a cache built without
+    /// an expiry rule, which could not take it out at its deadline. Nothing else was judged.
+    pub no_expiry: bool,
 }
 
 impl<K, V> InsertError<K, V> {
@@ -126,13 +130,22 @@ impl<K, V> fmt::Debug for InsertError<K, V> {
             .field("weight", &self.weight)
             .field("capacity", &self.capacity)
             .field("turned_away", &self.turned_away)
+            .field("no_expiry", &self.no_expiry)
             .finish_non_exhaustive()
     }
 }
 
 impl<K, V> fmt::Display for InsertError<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.capacity == 0 {
+        if self.no_expiry {
+            write!(
+                f,
+                "entry of weight {} not inserted: it has a time to live, and the cache was \
+                 built without an expiry rule (time_to_live, time_to_idle or expire_after) \
+                 to take it out by",
+                self.weight
+            )
+        } else if self.capacity == 0 {
             write!(
                 f,
                 "entry of weight {} not inserted: the cache is disabled (capacity 0)",

@@ -394,3 +394,90 @@ fn an_expired_value_a_caller_holds_stays_alive() {
     assert_eq!(cache.purge_expired(), 1);
     assert_eq!(*held, 5);
 }
+
+#[test]
+fn insert_expiring_gives_one_entry_its_own_deadline() {
+    let (cache, hand, heard) = ttl(60 * SEC, 10);
+    assert!(cache.insert_expiring(1, 1, 5 * SEC).unwrap().is_none());
+    cache.put(2, 2).unwrap();
+    // A replacement by `insert_expiring` restarts the entry with its own time.
+    cache.put(3, 3).unwrap();
+    hand.advance(4 * SEC);
+    let old = cache
+        .insert_expiring(3, 30, 2 * SEC)
+        .unwrap()
+        .expect("the replaced value");
+    assert_eq!(*old, 3);
+    hand.advance(SEC);
+    assert_eq!(cache.get_cloned(&1), None, "5 s, its own");
+    assert_eq!(cache.get_cloned(&3), Some(30), "1 s into its 2 s");
+    hand.advance(SEC);
+    assert_eq!(cache.get_cloned(&3), None);
+    assert_eq!(cache.get_cloned(&2), Some(2), "the cache's 60 s");
+    assert_eq!(cache.purge_expired(), 2);
+    let mut causes = heard.lock().unwrap().clone();
+    // One purge takes them out in the wheel's order, not the deadlines'.
+    causes[1..].sort_unstable_by_key(|(k, _)| *k);
+    assert_eq!(
+        causes,
+        [
+            (3, RemovalCause::Replaced),
+            (1, RemovalCause::Expired),
+            (3, RemovalCause::Expired)
+        ]
+    );
+    // A plain insert over an entry with its own deadline gives it the rule's.
+    cache.insert_expiring(4, 4, SEC).unwrap();
+    cache.put(4, 40).unwrap();
+    hand.advance(59 * SEC);
+    assert_eq!(cache.get_cloned(&4), Some(40));
+    // Zero expires at once (the caller's call still succeeds); `Duration::MAX` never.
+    cache.insert_expiring(5, 5, Duration::ZERO).unwrap();
+    cache.insert_expiring(6, 6, Duration::MAX).unwrap();
+    assert_eq!(cache.get_cloned(&5), None);
+    hand.advance(Duration::MAX);
+    assert_eq!(cache.get_cloned(&6), Some(6));
+    cache.purge_expired();
+    assert_eq!((cache.len(), cache.weighted_size()), (1, 1));
+    cache.__validate().unwrap();
+}
+
+#[test]
+fn insert_expiring_in_an_idle_cache_follows_the_idle_time_after_a_read() {
+    let (clock, hand) = Clock::manual();
+    let cache = Cache::<u32, u32>::builder()
+        .capacity(10)
+        .time_to_idle(10 * SEC)
+        .clock(clock)
+        .build()
+        .unwrap();
+    cache.insert_expiring(1, 1, 2 * SEC).unwrap();
+    cache.insert_expiring(2, 2, 2 * SEC).unwrap();
+    hand.advance(SEC);
+    assert!(
+        cache.get(&1).is_some(),
+        "the read moves its deadline to 10 s from now"
+    );
+    hand.advance(5 * SEC);
+    assert_eq!(cache.get_cloned(&1), Some(1));
+    assert_eq!(cache.get_cloned(&2), None, "unread: its own 2 s");
+}
+
+#[test]
+fn insert_expiring_without_an_expiry_rule_hands_the_entry_back() {
+    let cache = Cache::<u32, String>::builder()
+        .capacity(100)
+        .weigher(|_, v: &String| v.len() as u64)
+        .build()
+        .unwrap();
+    cache.put(1, "one".into()).unwrap();
+    let err = cache.insert_expiring(1, "uno".into(), SEC).unwrap_err();
+    assert!(err.no_expiry && !err.turned_away);
+    assert_eq!((err.weight, err.capacity), (3, 100));
+    assert!(err.to_string().contains("without an expiry rule"), "{err}");
+    assert_eq!(err.into_inner(), (1, "uno".to_string()));
+    // Nothing changed: the old value stays, and no rejection is counted.
+    assert_eq!(cache.get_cloned(&1).as_deref(), Some("one"));
+    assert_eq!((cache.len(), cache.weighted_size()), (1, 3));
+    assert_eq!(cache.stats().rejections, 0);
+}

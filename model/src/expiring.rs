@@ -1,8 +1,9 @@
-//! The core cache with a time to live, on a manual clock, against a model with deadlines:
-//! an entry at or past its deadline is never returned; it leaves only as expired (heard by the
-//! listener, never before its deadline); once a purge has run, nothing more than a tick past
-//! its deadline is left; and the length, the weighted size and the counters match the model's
-//! live entries plus the expired ones not yet taken out.
+//! The core cache with a time to live (and entries given their own by `insert_expiring`), on
+//! a manual clock, against a model with deadlines: an entry at or past its deadline is never
+//! returned; it leaves only as expired (heard by the listener, never before its deadline); once
+//! a purge has run, nothing more than a tick past its deadline is left; and the length, the
+//! weighted size and the counters match the model's live entries plus the expired ones not
+//! yet taken out.
 
 use crate::{ensure, ensure_eq, weight, Outcome};
 use arbitrary::Arbitrary;
@@ -28,6 +29,8 @@ pub enum Op {
     Purge,
     Iter,
     SetCapacity(u8),
+    /// `insert_expiring` with a time to live of this many quarter-milliseconds.
+    InsertExpiring(u8, u32, u8),
 }
 
 /// A time to live (in quarter-milliseconds, 0 included), a capacity, and the operations.
@@ -118,7 +121,11 @@ pub fn run(input: Input) -> Outcome {
         // The entries whose removal by key this step reports (removed or replaced).
         let mut by_key: Vec<(u8, u32)> = Vec::new();
         // A write or a removal of a key whose entry expired takes that entry out first.
-        if let Op::Put(key, _) | Op::Insert(key, _) | Op::Remove(key) | Op::GetOrBuild(key, _) = op
+        if let Op::Put(key, _)
+        | Op::Insert(key, _)
+        | Op::InsertExpiring(key, _, _)
+        | Op::Remove(key)
+        | Op::GetOrBuild(key, _) = op
         {
             let key = k(key);
             if model.map.get(&key).is_some_and(|e| e.deadline <= model.now) {
@@ -127,24 +134,29 @@ pub fn run(input: Input) -> Outcome {
             }
         }
         match op {
-            Op::Put(key, v) | Op::Insert(key, v) => {
+            Op::Put(key, v) | Op::Insert(key, v) | Op::InsertExpiring(key, v, _) => {
                 let key = k(key);
                 let old = model.live_value(key);
                 let fits = model.fits(key, v);
+                let mut deadline = model.deadline();
                 let result = match op {
                     Op::Put(..) => cache.put(key, v).map(|()| None),
+                    Op::InsertExpiring(_, _, q) => {
+                        let ttl = Duration::from_micros(250 * u64::from(q % 64));
+                        deadline = model.now + ttl.as_nanos() as u64;
+                        cache.insert_expiring(key, v, ttl).map(|o| o.map(|h| *h))
+                    }
                     _ => cache.insert(key, v).map(|o| o.map(|h| *h)),
                 };
                 match result {
                     Ok(prev) => {
                         ensure!(fits, "{at}: should have been refused");
-                        if matches!(op, Op::Insert(..)) {
+                        if !matches!(op, Op::Put(..)) {
                             ensure_eq!(prev, old, "{at}: replaced value");
                         }
                         if let Some(o) = old {
                             by_key.push((key, o));
                         }
-                        let deadline = model.deadline();
                         // A replaced live value leaves; an expired one leaves as expired.
                         model.map.insert(key, Entry { value: v, deadline });
                     }

@@ -24,6 +24,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The hasher a cache uses unless [`CacheBuilder::hasher`] picks another: foldhash's fast,
 /// randomly seeded hasher (the one hashbrown uses).
@@ -252,7 +253,7 @@ where
     /// # Ok::<(), runcache::ConfigError>(())
     /// ```
     pub fn insert(&self, key: K, value: V) -> Result<Option<Handle<V>>, InsertError<K, V>> {
-        self.raw.insert(key, value, true).map_err(refused)
+        self.raw.insert(key, value, true, None).map_err(refused)
     }
 
     /// Caches `value` under `key`, replacing any cached value without handing it back: what
@@ -272,8 +273,58 @@ where
     /// ```
     pub fn put(&self, key: K, value: V) -> Result<(), InsertError<K, V>> {
         self.raw
-            .insert(key, value, false)
+            .insert(key, value, false, None)
             .map(|_| ())
+            .map_err(refused)
+    }
+
+    /// Caches `value` under `key` for `ttl` from now, replacing any cached value (and
+    /// handing it back, as [`insert`](Self::insert) does): a deadline for this entry, in
+    /// place of the one the cache's expiry rule would give it. Later reads and replacements
+    /// follow the rule again: a [`time_to_idle`](crate::CacheBuilder::time_to_idle) read
+    /// moves the deadline to the idle time from then, an
+    /// [`Expiry::after_read`](crate::Expiry::after_read) returning `None` keeps it, and a
+    /// plain `insert` over it sets the rule's deadline. A `ttl` of zero expires the entry at
+    /// once; one past the clock's end never does.
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert), and also when the cache was built without an expiry rule
+    /// ([`time_to_live`](crate::CacheBuilder::time_to_live),
+    /// [`time_to_idle`](crate::CacheBuilder::time_to_idle) or
+    /// [`expire_after`](crate::CacheBuilder::expire_after)): nothing there would take the
+    /// entry out at its deadline, so [`InsertError`] hands `key` and `value` back with
+    /// [`no_expiry`](InsertError::no_expiry) set, and nothing changes.
+    ///
+    /// ```
+    /// use runcache::{Cache, Clock};
+    /// use std::time::Duration;
+    ///
+    /// let (clock, hand) = Clock::manual();
+    /// let cache = Cache::builder()
+    ///     .capacity(10)
+    ///     .time_to_live(Duration::from_secs(60))
+    ///     .clock(clock)
+    ///     .build()?;
+    /// cache.insert_expiring("plan", 1, Duration::from_secs(5)).unwrap();
+    /// cache.insert("kernel", 2).unwrap();
+    /// hand.advance(Duration::from_secs(5));
+    /// assert_eq!(cache.get_cloned("plan"), None, "its own deadline");
+    /// assert_eq!(cache.get_cloned("kernel"), Some(2), "the cache's rule: 60 s");
+    ///
+    /// let plain = Cache::new(10);
+    /// let err = plain.insert_expiring("plan", 1, Duration::from_secs(5)).unwrap_err();
+    /// assert!(err.no_expiry, "{err}");
+    /// assert_eq!(err.into_inner(), ("plan", 1));
+    /// # Ok::<(), runcache::ConfigError>(())
+    /// ```
+    pub fn insert_expiring(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+    ) -> Result<Option<Handle<V>>, InsertError<K, V>> {
+        self.raw
+            .insert(key, value, true, Some(ttl))
             .map_err(refused)
     }
 
@@ -549,5 +600,6 @@ fn refused<K, V>(r: crate::raw::Refused<K, V>) -> InsertError<K, V> {
         weight: r.weight,
         capacity: r.capacity,
         turned_away: r.turned,
+        no_expiry: r.no_expiry,
     }
 }

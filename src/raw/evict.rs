@@ -415,7 +415,7 @@ mod tests {
         let c = RawCache::<u64, u64, _>::new(8, 1_000, RandomState::new(), None, None, true, None);
         c.sweep.finish();
         for k in 0..500 {
-            assert!(c.insert(k, k, false).is_ok());
+            assert!(c.insert(k, k, false, None).is_ok());
         }
         let used = 1_000..2_000u64;
         let mut hits = 0;
@@ -426,7 +426,7 @@ mod tests {
                 if found {
                     hits += 1;
                 } else {
-                    assert!(c.insert(k, k, false).is_ok());
+                    assert!(c.insert(k, k, false, None).is_ok());
                 }
             }
         }

@@ -222,6 +222,8 @@ pub(crate) struct Refused<K, V> {
     pub(crate) capacity: u64,
     /// The policy's door turned it away (**P10**), though it would fit.
     pub(crate) turned: bool,
+    /// It came with a time to live, and the cache has no expiry rule to hold it by.
+    pub(crate) no_expiry: bool,
 }
 
 pub(crate) struct RawCache<K, V, S> {

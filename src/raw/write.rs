@@ -17,6 +17,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 /// The share of the capacity (one part in `HAND_OVER`) that a thread's retired values
 /// (removed, replaced or evicted) may weigh before it hands them to the collector (see
@@ -47,13 +48,28 @@ where
     ///
     /// `hand_back`: whether the caller wants the replaced value back. When it does not (and
     /// no listener hears the replacement), no count of the old value is taken for it.
+    /// `ttl`: the entry's time to live from now, in place of the cache's expiry rule (in a
+    /// cache that has one).
     pub(crate) fn insert(
         &self,
         key: K,
         value: V,
         hand_back: bool,
+        ttl: Option<Duration>,
     ) -> Result<Option<Handle<V>>, Refused<K, V>> {
-        let inserted = self.insert_or_replace(key, value, hand_back);
+        if ttl.is_some() && !self.expires() {
+            // No wheel would take it out at its deadline: its weight would stay until a
+            // write found it.
+            return Err(Refused {
+                weight: self.weigh(&key, &value),
+                key,
+                value,
+                capacity: self.budget.capacity(),
+                turned: false,
+                no_expiry: true,
+            });
+        }
+        let inserted = self.insert_or_replace(key, value, hand_back, ttl);
         self.passing_on(inserted)
     }
 
@@ -62,6 +78,7 @@ where
         key: K,
         value: V,
         hand_back: bool,
+        ttl: Option<Duration>,
     ) -> Result<Option<Handle<V>>, Refused<K, V>> {
         let weight = self.weigh(&key, &value);
         let hash = self.hash(&key);
@@ -75,8 +92,9 @@ where
                 .expect("the key is back in hand at every retry");
             let pos = shard.locate(hash, |k| k == q, &pin.guard);
             let Some(node) = pos.found else {
-                let deadline = match (&key, &value) {
-                    (Some(k), Some(v)) => self.deadline_of_new(k, v),
+                let deadline = match (&key, &value, ttl) {
+                    (_, _, Some(ttl)) => self.deadline_in(ttl),
+                    (Some(k), Some(v), None) => self.deadline_of_new(k, v),
                     _ => unreachable!("the key and the value are in hand at every retry"),
                 };
                 let room = self.reserve(weight, Some(hash), pin.stats);
@@ -117,8 +135,11 @@ where
                     // A value cell's word is the value's address; if the cell has changed
                     // since `view` read it, the CAS below fails and we retry.
                     let cell = old as *const V as usize;
-                    let deadline = match (&key, &value) {
-                        (Some(k), Some(v)) => self.deadline_of_update(k, v, current.deadline()),
+                    let deadline = match (&key, &value, ttl) {
+                        (_, _, Some(ttl)) => self.deadline_in(ttl),
+                        (Some(k), Some(v), None) => {
+                            self.deadline_of_update(k, v, current.deadline())
+                        }
                         _ => unreachable!("the key and the value are in hand at every retry"),
                     };
                     let shared = weight.min(current.acquired_weight());
@@ -219,6 +240,7 @@ where
             weight,
             capacity: self.budget.capacity(),
             turned,
+            no_expiry: false,
         }
     }
 

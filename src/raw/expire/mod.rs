@@ -658,6 +658,20 @@ where
         }
     }
 
+    /// The deadline `ttl` from now, whatever the cache's rule; [`NEVER`] in a cache that
+    /// expires nothing.
+    pub(super) fn deadline_in(&self, ttl: Duration) -> u64 {
+        match &self.expiry {
+            None => NEVER,
+            Some(x) => after(x.now(), ttl),
+        }
+    }
+
+    /// Whether this cache has an expiry rule (and so a wheel to reclaim by).
+    pub(crate) fn expires(&self) -> bool {
+        self.expiry.is_some()
+    }
+
     /// The deadline of a value replacing one due at `old`.
     pub(super) fn deadline_of_update(&self, key: &K, value: &V, old: u64) -> u64 {
         match &self.expiry {
