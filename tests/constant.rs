@@ -415,3 +415,93 @@ fn capacity_changes_while_other_threads_read_and_build() {
         c.stats()
     );
 }
+
+/// Two models' weights under one budget with an idle time: the one the requests use keeps its
+/// bytes, the idle one gives them back (a held buffer stays alive, counted as pinned).
+#[test]
+fn an_idle_models_weights_give_their_bytes_back() {
+    use runcache::Clock;
+    const MIN: Duration = Duration::from_secs(60);
+    let (clock, hand) = Clock::manual();
+    let c = ConstantCache::builder(DeviceKind::Cpu)
+        .capacity_mb(1)
+        .evicting()
+        .time_to_idle(10 * MIN)
+        .clock(clock)
+        .build();
+    let (busy, idle) = (|l| ConstantKey::new(1, l), |l| ConstantKey::new(2, l));
+    for layer in 0..4 {
+        c.get_or_add(busy(layer), 4096, || filled(4096, 1)).unwrap();
+        c.get_or_add(idle(layer), 8192, || filled(8192, 2)).unwrap();
+    }
+    let held = c.get(idle(0)).expect("cached");
+    for _ in 0..3 {
+        hand.advance(4 * MIN);
+        for layer in 0..4 {
+            let hit = c.get_or_add(busy(layer), 4096, || filled(4096, 0)).unwrap();
+            assert_eq!(hit.source, Source::Hit, "within its idle time");
+        }
+    }
+    // 12 minutes: the idle model's weights read as gone before anything took them out.
+    assert!(c.get(idle(1)).is_none());
+    assert_eq!(c.size(), 4 * 4096 + 4 * 8192, "not yet taken out");
+    assert_eq!(c.purge_expired(), 4);
+    assert_eq!((c.len(), c.size()), (4, 4 * 4096));
+    assert_eq!(c.pinned_bytes(), 8192, "the held buffer, outside the cache");
+    assert_eq!(held.as_slice().unwrap()[0], 2);
+    drop(held);
+    assert_eq!(c.pinned_bytes(), 0);
+    assert_eq!(c.stats().expirations, 4);
+    // Asked for again, it is built again.
+    let again = c.get_or_add(idle(0), 8192, || filled(8192, 3)).unwrap();
+    assert_eq!(
+        (again.source, again.buffer.as_slice().unwrap()[0]),
+        (Source::Cached, 3)
+    );
+}
+
+/// Builds take expired buffers out as they go, without a purge; an idle time of zero makes
+/// every lookup a build, with the budget exact throughout.
+#[test]
+fn builds_take_idle_buffers_out_and_a_zero_idle_time_caches_nothing_for_long() {
+    use runcache::Clock;
+    let (clock, hand) = Clock::manual();
+    let c = ConstantCache::builder(DeviceKind::Cpu)
+        .capacity_bytes(64 << 10)
+        .time_to_idle(Duration::from_secs(1))
+        .clock(clock)
+        .build();
+    for k in 0..16 {
+        c.get_or_add(key(k), 4096, || filled(4096, 1)).unwrap();
+    }
+    hand.advance(Duration::from_secs(1));
+    // A rejecting cache that is full: the expired buffers must leave for this one to fit.
+    let added = c.get_or_add(key(100), 4096, || filled(4096, 1)).unwrap();
+    assert_eq!(
+        added.source,
+        Source::Cached,
+        "the build's step made the room"
+    );
+    assert_eq!((c.len(), c.size()), (1, 4096));
+
+    let builds = AtomicUsize::new(0);
+    let zero = ConstantCache::builder(DeviceKind::Cpu)
+        .capacity_bytes(8192)
+        .time_to_idle(Duration::ZERO)
+        .build();
+    for _ in 0..10 {
+        zero.get_or_add(key(1), 4096, || {
+            builds.fetch_add(1, Ordering::Relaxed);
+            filled(4096, 1)
+        })
+        .unwrap();
+        assert!(zero.size() <= 8192);
+    }
+    assert_eq!(
+        builds.load(Ordering::Relaxed),
+        10,
+        "each lookup builds anew"
+    );
+    zero.purge_expired();
+    assert_eq!((zero.len(), zero.size(), zero.pinned_bytes()), (0, 0, 0));
+}

@@ -481,3 +481,63 @@ fn insert_expiring_without_an_expiry_rule_hands_the_entry_back() {
     assert_eq!((cache.len(), cache.weighted_size()), (1, 3));
     assert_eq!(cache.stats().rejections, 0);
 }
+
+/// A write that finds no room takes expired entries out first: a full rejecting cache whose
+/// entries expired accepts a newcomer, and a full evicting one hands the room of expired
+/// entries over before it evicts anything live.
+#[test]
+fn room_held_by_expired_entries_is_given_before_anything_live() {
+    let (clock, hand) = Clock::manual();
+    let heard: Heard = Arc::default();
+    let sink = Arc::clone(&heard);
+    let rejecting = Cache::<u32, u32>::builder()
+        .capacity(8)
+        .when_full(runcache::WhenFull::Reject)
+        .time_to_live(SEC)
+        .clock(clock.clone())
+        .on_evict(move |k, _, cause| sink.lock().unwrap().push((*k, cause)))
+        .build()
+        .unwrap();
+    for k in 0..8 {
+        rejecting.put(k, k).unwrap();
+    }
+    assert!(rejecting.put(100, 0).is_err(), "full, nothing expired yet");
+    hand.advance(2 * SEC);
+    rejecting
+        .put(100, 0)
+        .expect("the expired entries make room");
+    assert!(heard
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|(_, c)| *c == RemovalCause::Expired));
+    assert_eq!(
+        rejecting.weighted_size(),
+        1 + (8 - heard.lock().unwrap().len() as u64)
+    );
+    rejecting.__validate().unwrap();
+
+    let (cache, hand, heard) = ttl(10 * SEC, 8);
+    for k in 0..4 {
+        cache.put(k, k).unwrap();
+    }
+    hand.advance(5 * SEC);
+    for k in 4..8 {
+        cache.put(k, k).unwrap();
+    }
+    hand.advance(5 * SEC + SEC / 2);
+    // 0..4 are past their deadline, 4..8 are not: four newcomers take the old ones' room.
+    for k in 8..12 {
+        cache.put(k, k).unwrap();
+    }
+    let heard = heard.lock().unwrap().clone();
+    assert_eq!(heard.len(), 4, "{heard:?}");
+    assert!(
+        heard
+            .iter()
+            .all(|&(k, c)| k < 4 && c == RemovalCause::Expired),
+        "{heard:?}"
+    );
+    assert!((4..12).all(|k| cache.contains_key(&k)));
+    cache.__validate().unwrap();
+}

@@ -7,8 +7,9 @@
 
 use crate::{ensure, ensure_eq, weight, Outcome};
 use arbitrary::Arbitrary;
-use runcache::{Cache, Clock, RemovalCause, WhenFull};
+use runcache::{Cache, Clock, RemovalCause, Source, WhenFull};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,10 +79,27 @@ impl Model {
     }
 
     /// Whether `value` fits once `key`'s own entry (replaced, or expired and taken out
-    /// first) no longer counts.
-    fn fits(&self, key: u8, value: u32) -> bool {
-        let own = self.map.get(&key).map_or(0, |e| weight(e.value));
-        self.capacity > 0 && self.size() - own + weight(value) <= self.capacity
+    /// first) and the other entries `gone` accepts no longer count.
+    fn fits_without(&self, key: u8, value: u32, gone: impl Fn(&Entry) -> bool) -> bool {
+        let kept: u64 = self
+            .map
+            .iter()
+            .filter(|(k, e)| **k != key && !gone(e))
+            .map(|(_, e)| weight(e.value))
+            .sum();
+        self.capacity > 0 && kept + weight(value) <= self.capacity
+    }
+
+    /// Whether `value` can fit: a write that finds no room first takes out expired entries,
+    /// so at best every expired entry is gone.
+    fn may_fit(&self, key: u8, value: u32) -> bool {
+        self.fits_without(key, value, |e| e.deadline <= self.now)
+    }
+
+    /// Whether `value` must fit: the entries a tick past their deadline are surely due to
+    /// the wheel's step, the others may stay until their tick passes.
+    fn must_fit(&self, key: u8, value: u32) -> bool {
+        self.fits_without(key, value, |e| e.deadline + TICK <= self.now)
     }
 
     fn deadline(&self) -> u64 {
@@ -137,7 +155,7 @@ pub fn run(input: Input) -> Outcome {
             Op::Put(key, v) | Op::Insert(key, v) | Op::InsertExpiring(key, v, _) => {
                 let key = k(key);
                 let old = model.live_value(key);
-                let fits = model.fits(key, v);
+                let (may, must) = (model.may_fit(key, v), model.must_fit(key, v));
                 let mut deadline = model.deadline();
                 let result = match op {
                     Op::Put(..) => cache.put(key, v).map(|()| None),
@@ -150,7 +168,7 @@ pub fn run(input: Input) -> Outcome {
                 };
                 match result {
                     Ok(prev) => {
-                        ensure!(fits, "{at}: should have been refused");
+                        ensure!(may, "{at}: should have been refused");
                         if !matches!(op, Op::Put(..)) {
                             ensure_eq!(prev, old, "{at}: replaced value");
                         }
@@ -161,7 +179,7 @@ pub fn run(input: Input) -> Outcome {
                         model.map.insert(key, Entry { value: v, deadline });
                     }
                     Err(e) => {
-                        ensure!(!fits, "{at}: refused: {e}");
+                        ensure!(!must, "{at}: refused: {e}");
                     }
                 }
             }
@@ -190,18 +208,24 @@ pub fn run(input: Input) -> Outcome {
             }
             Op::GetOrBuild(key, v) => {
                 let key = k(key);
-                let got = cache.get_or_insert_with(key, || v);
+                let got = cache
+                    .get_or_build(key, |_| Ok::<_, Infallible>(v))
+                    .map_err(|e| format!("{at}: an infallible build failed: {e:?}"))?;
                 match model.live_value(key) {
                     Some(cur) => {
                         model.hits += 1;
-                        ensure_eq!(*got, cur, "{at}: hit");
+                        ensure_eq!((*got.value, got.source), (cur, Source::Hit), "{at}: hit");
                     }
                     None => {
                         model.misses += 1;
-                        ensure_eq!(*got, v, "{at}: built");
-                        if model.fits(key, v) {
+                        ensure_eq!(*got.value, v, "{at}: built");
+                        if got.source == Source::Cached {
+                            ensure!(model.may_fit(key, v), "{at}: should not have been cached");
                             let deadline = model.deadline();
                             model.map.insert(key, Entry { value: v, deadline });
+                        } else {
+                            ensure_eq!(got.source, Source::Uncached, "{at}: a miss's source");
+                            ensure!(!model.must_fit(key, v), "{at}: not cached, but fits");
                         }
                     }
                 }

@@ -48,11 +48,13 @@
 
 mod alloc;
 mod buffer;
+mod builder;
 mod config;
 mod global;
 
 pub use alloc::{AllocError, BufferAllocator, DeviceKind, HostAllocator};
 pub use buffer::{ConstantBuffer, DeviceMemory};
+pub use builder::ConstantCacheBuilder;
 pub use config::{
     parse_capacity_config, CapacityConfig, CapacityParseError, CapacityParseErrorKind,
     ParsedCapacity, MAX_CAPACITY_MB,
@@ -62,7 +64,7 @@ pub use global::{
     EnvReport,
 };
 
-use crate::cache::{Cache, Fetched, Handle, Source, Stats, WhenFull};
+use crate::cache::{Cache, Fetched, Handle, Source, Stats};
 use crate::error::BuildError;
 use crate::sync::{AtomicU64, Ordering};
 use buffer::Ledger;
@@ -267,7 +269,22 @@ impl ConstantCache {
     /// assert_eq!(cache.capacity(), 16 << 20);
     /// ```
     pub fn new(device: DeviceKind) -> Self {
-        Self::with_capacity_bytes(device, 0)
+        Self::builder(device).build()
+    }
+
+    /// A builder for a cache of `device`: its budget, what it does when full, and how long
+    /// a buffer nobody asks for keeps its bytes
+    /// ([`time_to_idle`](ConstantCacheBuilder::time_to_idle)).
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    ///
+    /// let cache = ConstantCache::builder(DeviceKind::Cpu).capacity_mb(16).build();
+    /// assert_eq!(cache.capacity(), 16 << 20);
+    /// ```
+    pub fn builder(device: DeviceKind) -> ConstantCacheBuilder {
+        ConstantCacheBuilder::new(device)
     }
 
     /// A cache for `device` holding at most `bytes` bytes.
@@ -280,12 +297,12 @@ impl ConstantCache {
     /// assert_eq!((cache.device(), cache.capacity_mb()), (DeviceKind::Gpu, 3));
     /// ```
     pub fn with_capacity_bytes(device: DeviceKind, bytes: u64) -> Self {
-        Self::build(device, bytes, WhenFull::Reject)
+        Self::builder(device).capacity_bytes(bytes).build()
     }
 
     /// A cache for `device` holding at most `bytes` bytes that makes room for a new buffer
-    /// by evicting cached ones (runcache's scan-resistant policy, [`WhenFull::Evict`])
-    /// instead of refusing it: for many models under one budget whose popularity moves,
+    /// by evicting cached ones (runcache's scan-resistant policy,
+    /// [`WhenFull::Evict`](crate::WhenFull::Evict)) instead of refusing it: for many models under one budget whose popularity moves,
     /// where a rejecting cache would keep the first models' weights for good. A buffer
     /// heavier than the whole budget is still refused (returned to its caller uncached), and
     /// an evicted buffer that callers hold counts in [`pinned_bytes`](Self::pinned_bytes)
@@ -306,17 +323,15 @@ impl ConstantCache {
     /// assert_eq!((weights.len(), weights.size()), (2, 8 << 10));
     /// ```
     pub fn evicting(device: DeviceKind, bytes: u64) -> Self {
-        Self::build(device, bytes, WhenFull::Evict)
+        Self::builder(device)
+            .capacity_bytes(bytes)
+            .evicting()
+            .build()
     }
 
-    fn build(device: DeviceKind, bytes: u64, when_full: WhenFull) -> Self {
-        let cache = Cache::builder()
-            .capacity(bytes)
-            .when_full(when_full)
-            .weigher(|_, b: &ConstantBuffer| b.size() as u64)
-            .on_evict(|_, b, _| b.mark_outside())
-            .build()
-            .expect("the default shard count is always valid");
+    /// A constant cache over `cache`, whose listener marks each buffer that leaves as
+    /// outside (the builder's).
+    fn from_core(device: DeviceKind, cache: Cache<ConstantKey, ConstantBuffer>) -> Self {
         Self {
             device,
             cache,
@@ -539,6 +554,38 @@ impl ConstantCache {
     pub fn clear(&self) {
         self.cache.clear();
         self.cache.reclaim();
+    }
+
+    /// Takes out every buffer past its idle time (see
+    /// [`time_to_idle`](ConstantCacheBuilder::time_to_idle)) and frees those nobody holds;
+    /// returns how many left. Builds do this a little at a time already: call it where the
+    /// cache may sit without builds while its bytes should come back (a timer of the
+    /// runtime's). Without an idle time it does nothing.
+    ///
+    /// ```
+    /// use runcache::constant::{ConstantCache, ConstantKey};
+    /// use runcache::{Clock, ConstantBuffer, DeviceKind};
+    /// use std::time::Duration;
+    ///
+    /// let (clock, hand) = Clock::manual();
+    /// let cache = ConstantCache::builder(DeviceKind::Cpu)
+    ///     .capacity_bytes(1 << 20)
+    ///     .time_to_idle(Duration::from_secs(60))
+    ///     .clock(clock)
+    ///     .build();
+    /// for layer in 0..4 {
+    ///     cache.get_or_add(ConstantKey::new(0, layer), 1024, || ConstantBuffer::host(1024)).unwrap();
+    /// }
+    /// hand.advance(Duration::from_secs(30));
+    /// cache.get(ConstantKey::new(0, 0)); // in use: its idle time starts again
+    /// hand.advance(Duration::from_secs(30));
+    /// assert_eq!(cache.purge_expired(), 3);
+    /// assert_eq!((cache.len(), cache.size()), (1, 1024));
+    /// ```
+    pub fn purge_expired(&self) -> usize {
+        let out = self.cache.purge_expired();
+        self.cache.reclaim();
+        out
     }
 
     /// For tests: holds this cache's epoch on the calling thread, as a reader in the middle of

@@ -109,7 +109,9 @@ where
     /// the small queue's room is judged at the policy's door first (**P10**), and otherwise,
     /// or if the door does not judge it, the policy's victims are evicted in their order
     /// until it fits. An entry heavier than the whole capacity is refused without evicting
-    /// anything.
+    /// anything. In a cache that expires entries, a step of the timer wheel comes first, so
+    /// that room held by expired entries is given before live ones are evicted or the
+    /// newcomer is refused.
     ///
     /// A victim's weight passes straight to the newcomer, as much of it as the newcomer still
     /// needs: it never leaves the weighted size, so the size stays within the capacity, and an
@@ -122,10 +124,16 @@ where
         let mut door = hash;
         let mut judged = false;
         let mut patience = ROOM_PATIENCE;
+        // Expired entries give their room first: before anything live is evicted, and in a
+        // rejecting cache, which has nothing else to free.
+        let mut expired_first = self.expires();
         loop {
             // (A weight of 0 still asks the budget, which refuses everything at capacity 0.)
             if (held > 0 && held == weight) || self.budget.try_reserve(weight - held) {
                 return if judged { Room::Judged } else { Room::Made };
+            }
+            if std::mem::take(&mut expired_first) && self.expire_for_room() {
+                continue;
             }
             let Some(policy) = &self.policy else {
                 return Room::Refused;

@@ -691,6 +691,14 @@ where
         self.expire_step(x, STEP);
     }
 
+    /// Takes out up to [`STEP`] expired entries for a reservation that found no room;
+    /// whether it took any out.
+    pub(super) fn expire_for_room(&self) -> bool {
+        self.expiry
+            .as_ref()
+            .is_some_and(|x| self.expire_step(x, STEP) > 0)
+    }
+
     /// Takes out up to `most` expired entries, if the wheel can hold any due and no other
     /// thread is stepping it (X1); returns how many it took out.
     fn expire_step(&self, x: &Expiring<K, V, NodeRef<K, V>>, most: usize) -> usize {
