@@ -541,3 +541,73 @@ fn room_held_by_expired_entries_is_given_before_anything_live() {
     assert!((4..12).all(|k| cache.contains_key(&k)));
     cache.__validate().unwrap();
 }
+
+/// A key that counts how many of its kind are alive (the wheel holds nodes, and a node its
+/// key).
+struct Counted(u32, Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(k: u32, alive: &Arc<AtomicUsize>) -> Self {
+        alive.fetch_add(1, Ordering::Relaxed);
+        Self(k, Arc::clone(alive))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.1.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl PartialEq for Counted {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Counted {}
+
+impl std::hash::Hash for Counted {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h);
+    }
+}
+
+/// Entries evicted long before their deadline leave the wheel too: under churn with a time
+/// to live of an hour, what the cache keeps alive stays bound by its live entries, not by
+/// every entry it ever cached (which it was: the wheel drained its inbox only when a
+/// deadline came due).
+#[test]
+fn entries_evicted_before_their_deadline_are_not_kept_by_the_wheel() {
+    const CAPACITY: u64 = 1_000;
+    let alive = Arc::new(AtomicUsize::new(0));
+    let (clock, _hand) = Clock::manual();
+    let cache = Cache::<Counted, u32>::builder()
+        .capacity(CAPACITY)
+        .time_to_live(3_600 * SEC)
+        .clock(clock)
+        .build()
+        .unwrap();
+    for k in 0..100_000 {
+        cache.put(Counted::new(k, &alive), k).unwrap();
+        if k % 10_000 == 0 {
+            // Replacements too: the replaced node leaves the wheel as an evicted one does.
+            cache.put(Counted::new(k, &alive), k + 1).unwrap();
+        }
+    }
+    cache.reclaim();
+    let kept = alive.load(Ordering::Relaxed);
+    // The live entries, the dead the wheel has not swept yet (at most about as many again,
+    // plus its slack), the undrained inbox, and what the epoch has yet to free.
+    assert!(
+        kept <= 3 * CAPACITY as usize + 4_096,
+        "{kept} keys alive for {} entries",
+        cache.len()
+    );
+    drop(cache);
+    assert_eq!(
+        alive.load(Ordering::Relaxed),
+        0,
+        "every key dropped with the cache"
+    );
+}

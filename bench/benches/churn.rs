@@ -1,6 +1,8 @@
 //! Churn: Zipf-distributed keys over a key space larger than the cache, so 15–17% of lookups
 //! miss and insert, evicting something. runcache against quick_cache and moka (all evicting,
-//! all with the same capacity), at 1 and 2 threads.
+//! all with the same capacity), at 1 and 2 threads; and runcache and moka with a time to live
+//! of an hour (`*-ttl`: nothing expires in a run, so the rows measure the cost of keeping
+//! deadlines).
 //!
 //! One iteration is a batch of `BATCH` get-or-insert operations per thread
 //! (`Throughput::Elements`). After the measurements the bench prints each subject's miss
@@ -12,7 +14,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use support::{on_threads, subject, zipf_keys, CACHE_SUBJECTS};
+use support::{on_threads, subject, zipf_keys, CACHE_SUBJECTS, TTL_SUBJECTS};
 
 const KEYS: u64 = 100_000;
 /// At this capacity 15–17% of this bench's warm batches miss (18–19% in `compare`, whose runs
@@ -30,7 +32,7 @@ fn churn(c: &mut Criterion) {
     for threads in [1usize, 2] {
         let mut group = c.benchmark_group(format!("churn/{threads}-threads"));
         group.throughput(Throughput::Elements((threads * BATCH) as u64));
-        for name in CACHE_SUBJECTS {
+        for name in CACHE_SUBJECTS.into_iter().chain(TTL_SUBJECTS) {
             let subject = subject(name, CAPACITY);
             let (hits, total) = (AtomicU64::new(0), AtomicU64::new(0));
             group.bench_function(BenchmarkId::from_parameter(name), |b| {

@@ -84,6 +84,10 @@ fn runcache_with(capacity: u64) -> runcache::Cache<u64, u64> {
         .expect("the default shard count is valid")
 }
 
+/// The time to live of the `*-ttl` subjects: an hour, so that a run expires nothing and
+/// measures what keeping the deadlines costs.
+pub const SUBJECT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl Subject for RuncacheArc {
     fn get(&self, k: u64) -> bool {
         self.0.get(&k).is_some_and(|v| *v == k)
@@ -232,12 +236,28 @@ pub const MAP_SUBJECTS: [&str; 6] = [
 /// The subjects that evict (churn, hit ratio).
 pub const CACHE_SUBJECTS: [&str; 3] = ["runcache", "quick_cache", "moka"];
 
+/// The evicting subjects with a time to live ([`SUBJECT_TTL`]), for churn.
+pub const TTL_SUBJECTS: [&str; 2] = ["runcache-ttl", "moka-ttl"];
+
 /// A subject by name, holding up to `capacity` entries (no peer evicts below it).
 pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
     match name {
         "runcache" => Box::new(RuncacheArc(runcache_with(capacity))),
         "runcache-pinned" => Box::new(RuncachePinned(runcache_with(capacity))),
         "runcache-cloned" => Box::new(RuncacheCloned(runcache_with(capacity))),
+        "runcache-ttl" => Box::new(RuncacheArc(
+            runcache::Cache::builder()
+                .capacity(capacity)
+                .time_to_live(SUBJECT_TTL)
+                .build()
+                .expect("a valid configuration"),
+        )),
+        "moka-ttl" => Box::new(Moka(
+            moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(SUBJECT_TTL)
+                .build_with_hasher(Hasher::default()),
+        )),
         "quick_cache-inline" => Box::new(QuickCacheInline(quick_cache::sync::Cache::new(
             capacity as usize,
         ))),

@@ -5,7 +5,7 @@
 
 use super::{Cache, DefaultHashBuilder, Handle, RemovalCause, MAX_SHARDS};
 use crate::error::ConfigError;
-use crate::raw::{Clock, Expiry, Listener, RawCache, Rule, Weigher};
+use crate::raw::{nanos, Clock, Expiry, Listener, RawCache, Rule, Weigher};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
@@ -299,7 +299,7 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// # Ok::<(), runcache::ConfigError>(())
     /// ```
     pub fn time_to_live(mut self, live: Duration) -> Self {
-        self.expiry.push(("time_to_live", Rule::Live(live)));
+        self.expiry.push(("time_to_live", Rule::Live(nanos(live))));
         self
     }
 
@@ -328,7 +328,7 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// # Ok::<(), runcache::ConfigError>(())
     /// ```
     pub fn time_to_idle(mut self, idle: Duration) -> Self {
-        self.expiry.push(("time_to_idle", Rule::Idle(idle)));
+        self.expiry.push(("time_to_idle", Rule::Idle(nanos(idle))));
         self
     }
 

@@ -83,7 +83,7 @@ use expire::Expiring;
 
 /// A cache's expiry, its wheel holding the cache's nodes.
 type NodeWheel<K, V> = Expiring<K, V, NodeRef<K, V>>;
-pub(crate) use expire::Rule;
+pub(crate) use expire::{nanos, Rule};
 pub use expire::{Clock, Expiry, ManualClock};
 pub(crate) use flight::Recursion;
 pub use handle::{Handle, WeakHandle};

@@ -17,7 +17,8 @@
 //!   held goes on without a step (the holder is stepping). So the buckets are plain vectors
 //!   behind an `UnsafeCell`, and nothing on a lookup or a write waits for the wheel.
 //! - **X2 (schedules are hints).** A node is scheduled once per deadline it was published
-//!   with (into the lock-free inbox, which the keeper drains into the buckets). A bucket holds
+//!   with (into its bucket, by a writer that takes the keeper flag for it, or else into the
+//!   lock-free inbox, which the keeper drains into the buckets). A bucket holds
 //!   a node at or before its deadline's time: a keeper that reaches a node whose deadline
 //!   moved later (a time-to-idle read) places it again, and one whose value has left the
 //!   cache drops it. So a node is taken out as expired only by a keeper that read its
@@ -30,6 +31,8 @@
 //!   read. Both are read-modify-writes of that one word, so a node scheduled while the
 //!   keeper steps (after its drain) keeps a tick at or before its deadline's, and the first
 //!   step from then on places it. A hint that is low only costs a step that finds nothing.
+//!   A writer that places its node itself holds the flag, so no keeper raises the tick
+//!   meanwhile: it lowers the tick and leaves the count, which counts the inbox's nodes.
 
 #![allow(unsafe_code)]
 
@@ -63,6 +66,12 @@ const JUMP: u64 = (SPAN as u64) * (SPAN as u64);
 /// The most expired entries one write's step takes out, so that no write pays for a burst
 /// of deadlines alone; [`purge`](super::RawCache::purge_expired) takes them all.
 pub(crate) const STEP: usize = if cfg!(runcache_loom) { 2 } else { 256 };
+/// Schedules after which a write steps the wheel though nothing is due, to drain the inbox:
+/// an entry evicted or replaced long before its deadline is dropped when drained (or by the
+/// wheel's sweep of dead nodes), so what the wheel holds stays bound by the live entries
+/// (at most about twice them, plus this many) instead of growing with every write until
+/// the first deadline. Lower drains in smaller batches, more often.
+const DRAIN: u64 = if cfg!(runcache_loom) { 2 } else { 1024 };
 
 /// Where a cache reads the time.
 ///
@@ -201,9 +210,10 @@ fn coarse_now() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every
     // Linux since 2.6.32 and cannot fail with a valid pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    // Seconds since boot times 10^9 stay under 2^64 for 584 years: no overflow to check.
     (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// The monotonic clock, in nanoseconds since the first read.
@@ -219,9 +229,12 @@ const COUNT_BITS: u32 = 20;
 /// The hint's tick for "nothing scheduled": past every deadline's tick.
 const NO_TICK: u64 = u64::MAX >> COUNT_BITS;
 
+/// The step hint's bits that count schedules.
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+
 /// The step hint (X3): the tick `at` (capped at [`NO_TICK`]) and the low bits of `count`.
 fn hint(at: u64, count: u64) -> u64 {
-    (at.min(NO_TICK) << COUNT_BITS) | (count & ((1 << COUNT_BITS) - 1))
+    (at.min(NO_TICK) << COUNT_BITS) | (count & COUNT_MASK)
 }
 
 /// The first tick at whose start a deadline has surely passed: the wheel hands a node out
@@ -231,7 +244,7 @@ fn due_tick(deadline: u64) -> u64 {
 }
 
 /// A duration in nanoseconds, saturating.
-fn nanos(d: Duration) -> u64 {
+pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -307,10 +320,10 @@ pub(crate) trait Scheduled {
 /// How a cache sets its entries' deadlines: one rule per cache (a policy can combine the
 /// others, as the builder's error says).
 pub(crate) enum Rule<K, V> {
-    /// A fixed time from each write.
-    Live(Duration),
-    /// A fixed time from each write or read.
-    Idle(Duration),
+    /// A fixed time from each write, in nanoseconds.
+    Live(u64),
+    /// A fixed time from each write or read, in nanoseconds.
+    Idle(u64),
     /// The user's policy.
     Policy(Box<dyn Expiry<K, V>>),
 }
@@ -338,6 +351,9 @@ pub(crate) struct Expiring<K, V, T> {
     /// schedules (so that a keeper raises the tick only if nothing was scheduled while it
     /// stepped).
     due: AtomicU64,
+    /// The hint's count of schedules when a keeper last drained the inbox; written only by
+    /// the keeper (X1).
+    drained: AtomicU64,
 }
 
 // SAFETY: (X1) the wheel is touched only by the keeper; everything else is Sync.
@@ -353,6 +369,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
             keeper: AtomicBool::new(false),
             wheel: UnsafeCell::new(Wheel::new(now >> TICK_BITS)),
             due: AtomicU64::new(hint(NO_TICK, 0)),
+            drained: AtomicU64::new(0),
         }
     }
 
@@ -371,7 +388,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     /// The deadline of a new entry created `now`.
     pub(crate) fn on_create(&self, key: &K, value: &V, now: u64) -> u64 {
         match &self.rule {
-            Rule::Live(d) | Rule::Idle(d) => after(now, *d),
+            Rule::Live(d) | Rule::Idle(d) => now.checked_add(*d).unwrap_or(NEVER),
             Rule::Policy(p) => p.after_create(key, value).map_or(NEVER, |d| after(now, d)),
         }
     }
@@ -379,7 +396,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     /// The deadline of a value that replaced one due at `old`.
     pub(crate) fn on_update(&self, key: &K, value: &V, old: u64, now: u64) -> u64 {
         match &self.rule {
-            Rule::Live(d) | Rule::Idle(d) => after(now, *d),
+            Rule::Live(d) | Rule::Idle(d) => now.checked_add(*d).unwrap_or(NEVER),
             Rule::Policy(p) => p
                 .after_update(key, value, left(now, old))
                 .map_or(old, |d| after(now, d)),
@@ -393,19 +410,41 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     pub(crate) fn on_read(&self, key: &K, value: &V, old: u64, now: u64) -> Option<u64> {
         let new = match &self.rule {
             Rule::Live(_) => return None,
-            Rule::Idle(d) => after(now, *d),
+            Rule::Idle(d) => now.checked_add(*d).unwrap_or(NEVER),
             Rule::Policy(p) => after(now, p.after_read(key, value, left(now, old))?),
         };
         (new != old && (new.abs_diff(old) >= TICK || old.saturating_sub(now) < TICK)).then_some(new)
     }
 
-    /// Hands the wheel a node just published with `deadline` (X2).
+    /// Hands the wheel a node just published with `deadline` (X2): straight into its
+    /// bucket if no thread is stepping the wheel (X1), else through the inbox.
     pub(crate) fn schedule(&self, node: T, deadline: u64) {
         if deadline == NEVER {
             return;
         }
-        self.inbox.push(node);
         let at = deadline >> TICK_BITS;
+        // Acquire: pairs with the Release that let the wheel go (X1), as a step's does.
+        if !self.keeper.swap(true, Ordering::Acquire) {
+            self.wheel.with_mut(|w| {
+                // SAFETY: (X1) the flag is ours: no other thread touches the wheel.
+                let w = unsafe { &mut *w };
+                w.place(node);
+                w.sweep_dead();
+            });
+            // The node is in the wheel, not the inbox, so the hint's count is left alone;
+            // only its tick is lowered, while no keeper can raise it (X3). Relaxed: a hint.
+            if self.due.load(Ordering::Relaxed) >> COUNT_BITS > at {
+                let _ = self
+                    .due
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                        Some(hint(at.min(h >> COUNT_BITS), h))
+                    });
+            }
+            // Release: pairs with the next keeper's Acquire (X1); a swap, as in `step`.
+            let _ = self.keeper.swap(false, Ordering::Release);
+            return;
+        }
+        self.inbox.push(node);
         // Relaxed: a hint (X3); read-modify-writes, so no lowering is lost to a keeper's
         // update, which reads the same word.
         let _ = self
@@ -416,11 +455,14 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     }
 
     /// Whether a step may find work: something scheduled since the last step may be due,
-    /// or a deadline in the wheel reached (X3).
+    /// or a deadline in the wheel reached (X3); or the inbox has [`DRAIN`] schedules to
+    /// drain.
     #[inline]
     pub(crate) fn step_due(&self, now: u64) -> bool {
-        // Relaxed: a hint (X3).
-        self.due.load(Ordering::Relaxed) >> COUNT_BITS <= now >> TICK_BITS
+        // Relaxed: hints (X3); a stale `drained` only moves a drain by a step.
+        let h = self.due.load(Ordering::Relaxed);
+        h >> COUNT_BITS <= now >> TICK_BITS
+            || h.wrapping_sub(self.drained.load(Ordering::Relaxed)) & COUNT_MASK >= DRAIN
     }
 
     /// Steps the wheel to `now` if no other thread is stepping it (X1): places what the
@@ -435,6 +477,8 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
         }
         // Read before the inbox is drained (X3). Relaxed: a hint.
         let seen = self.due.load(Ordering::Relaxed);
+        // Relaxed: a hint, the keeper's own (X1).
+        self.drained.store(seen & COUNT_MASK, Ordering::Relaxed);
         let (taken, next) = self.wheel.with_mut(|w| {
             // SAFETY: (X1) the flag is ours: no other thread touches the wheel.
             let w = unsafe { &mut *w };

@@ -26,7 +26,7 @@ impl Scheduled for N {
 }
 
 fn wheel() -> Expiring<(), (), N> {
-    Expiring::new(Clock::manual().0, Rule::Live(Duration::ZERO))
+    Expiring::new(Clock::manual().0, Rule::Live(0))
 }
 
 #[test]
