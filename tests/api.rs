@@ -210,6 +210,7 @@ fn every_public_method_of_the_facade_shows_an_example() {
         "src/cache/size.rs",
         "src/raw/handle.rs",
         "src/raw/expire/mod.rs",
+        "src/raw/expire/clock.rs",
         "src/error.rs",
         "src/constant/mod.rs",
         "src/constant/builder.rs",

@@ -611,3 +611,49 @@ fn entries_evicted_before_their_deadline_are_not_kept_by_the_wheel() {
         "every key dropped with the cache"
     );
 }
+
+/// Waits, yielding, until `done` holds; fails after ten seconds (a stalled clock, not a
+/// slow one: the wait is for a millisecond's tick).
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < 10 * SEC,
+            "{what}: still not after ten seconds"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A ticking clock moves on by itself, and starts again after every ticking clock dropped.
+#[test]
+fn a_ticking_clock_moves_on_and_starts_again_after_its_last_drop() {
+    for round in 0..2 {
+        let cache = Cache::<u32, u32>::builder()
+            .capacity(10)
+            .time_to_live(Duration::from_millis(2))
+            .clock(Clock::ticking().expect("a thread for the clock"))
+            .build()
+            .unwrap();
+        let twin = Cache::<u32, u32>::builder()
+            .time_to_live(Duration::from_secs(3_600))
+            .clock(Clock::ticking().unwrap())
+            .build()
+            .unwrap();
+        cache.put(round, round).unwrap();
+        twin.put(round, round).unwrap();
+        wait_until("an entry of 2 ms to expire", || cache.get(&round).is_none());
+        assert_eq!(
+            twin.get_cloned(&round),
+            Some(round),
+            "an hour has not passed"
+        );
+        // Taken out once the wheel's tick after the deadline's has come.
+        let mut out = 0;
+        wait_until("the purge to take it out", || {
+            out += cache.purge_expired();
+            out == 1
+        });
+        assert_eq!((cache.len(), twin.len()), (0, 1));
+    }
+}

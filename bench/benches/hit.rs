@@ -5,7 +5,8 @@
 //! - `hit/2-threads/*`: the same on two threads at once (each thread its own order).
 //! - `*-ttl-arc`, `*-tti-arc`: runcache and moka with a time to live or to idle of an hour
 //!   (nothing expires during the run): what reading each entry's deadline costs a hit, and
-//!   for a time to idle what moving it costs.
+//!   for a time to idle what moving it costs; `*-ticking-arc` the same on runcache's
+//!   `Clock::ticking` (one load for the time, against the coarse clock's call).
 //!
 //! One iteration is a batch of `BATCH` lookups (`Throughput::Elements(BATCH)`), so criterion
 //! reports lookups per second. `Arc` subjects clone the value (`get`); pinned subjects borrow
@@ -64,6 +65,8 @@ struct Subjects {
     /// runcache and moka with a time to live, then a time to idle.
     ttl: runcache::Cache<u64, u64>,
     tti: runcache::Cache<u64, u64>,
+    ttl_ticking: runcache::Cache<u64, u64>,
+    tti_ticking: runcache::Cache<u64, u64>,
     moka_ttl: moka::sync::Cache<u64, Arc<u64>, Hasher>,
     moka_tti: moka::sync::Cache<u64, Arc<u64>, Hasher>,
     map: HashMap<u64, u64, Hasher>,
@@ -101,6 +104,18 @@ impl Subjects {
                 .time_to_idle(HOUR)
                 .build()
                 .unwrap(),
+            ttl_ticking: runcache::Cache::builder()
+                .capacity(KEYS * 2)
+                .time_to_live(HOUR)
+                .clock(runcache::Clock::ticking().expect("a clock thread"))
+                .build()
+                .unwrap(),
+            tti_ticking: runcache::Cache::builder()
+                .capacity(KEYS * 2)
+                .time_to_idle(HOUR)
+                .clock(runcache::Clock::ticking().expect("a clock thread"))
+                .build()
+                .unwrap(),
             moka_ttl: moka::sync::Cache::builder()
                 .max_capacity(KEYS * 2)
                 .time_to_live(HOUR)
@@ -122,6 +137,8 @@ impl Subjects {
             s.moka.insert(k, Arc::new(k));
             s.ttl.insert(k, k).unwrap();
             s.tti.insert(k, k).unwrap();
+            s.ttl_ticking.insert(k, k).unwrap();
+            s.tti_ticking.insert(k, k).unwrap();
             s.moka_ttl.insert(k, Arc::new(k));
             s.moka_tti.insert(k, Arc::new(k));
         }
@@ -199,6 +216,16 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
                 sum = sum.wrapping_add(*subjects.tti.get(k).unwrap());
             }
         }
+        "runcache-ttl-ticking-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.ttl_ticking.get(k).unwrap());
+            }
+        }
+        "runcache-tti-ticking-arc" => {
+            for k in keys {
+                sum = sum.wrapping_add(*subjects.tti_ticking.get(k).unwrap());
+            }
+        }
         "moka-ttl-arc" => {
             for k in keys {
                 sum = sum.wrapping_add(*subjects.moka_ttl.get(k).unwrap());
@@ -222,7 +249,7 @@ fn batch(subjects: &Subjects, subject: &str, keys: &[u64], at: usize) -> u64 {
     sum
 }
 
-const SUBJECTS: [&str; 14] = [
+const SUBJECTS: [&str; 16] = [
     "runcache-pinned",
     "runcache-arc",
     "runcache-reject-arc",
@@ -233,6 +260,8 @@ const SUBJECTS: [&str; 14] = [
     "moka-arc",
     "runcache-ttl-arc",
     "runcache-tti-arc",
+    "runcache-ttl-ticking-arc",
+    "runcache-tti-ticking-arc",
     "moka-ttl-arc",
     "moka-tti-arc",
     "hashmap-unsync",

@@ -236,8 +236,9 @@ pub const MAP_SUBJECTS: [&str; 6] = [
 /// The subjects that evict (churn, hit ratio).
 pub const CACHE_SUBJECTS: [&str; 3] = ["runcache", "quick_cache", "moka"];
 
-/// The evicting subjects with a time to live ([`SUBJECT_TTL`]), for churn.
-pub const TTL_SUBJECTS: [&str; 2] = ["runcache-ttl", "moka-ttl"];
+/// The evicting subjects with a time to live ([`SUBJECT_TTL`]), for churn; runcache on its
+/// default clock and on `Clock::ticking`.
+pub const TTL_SUBJECTS: [&str; 3] = ["runcache-ttl", "runcache-ttl-ticking", "moka-ttl"];
 
 /// A subject by name, holding up to `capacity` entries (no peer evicts below it).
 pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
@@ -249,6 +250,14 @@ pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
             runcache::Cache::builder()
                 .capacity(capacity)
                 .time_to_live(SUBJECT_TTL)
+                .build()
+                .expect("a valid configuration"),
+        )),
+        "runcache-ttl-ticking" => Box::new(RuncacheArc(
+            runcache::Cache::builder()
+                .capacity(capacity)
+                .time_to_live(SUBJECT_TTL)
+                .clock(runcache::Clock::ticking().expect("a clock thread"))
                 .build()
                 .expect("a valid configuration"),
         )),

@@ -43,10 +43,12 @@ use super::write::Take;
 use super::{Pin, RawCache, RemovalCause};
 use crate::sync::{AtomicBool, AtomicU64, Ordering, Queue, UnsafeCell};
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use super::node::NEVER;
+pub use clock::{Clock, ManualClock};
+
+mod clock;
 
 /// The wheel's finest bucket, in bits of nanoseconds (2^20 ns, about 1 ms): an expired entry
 /// is taken out within about this long after its deadline once steps run, and a
@@ -72,157 +74,6 @@ pub(crate) const STEP: usize = if cfg!(runcache_loom) { 2 } else { 256 };
 /// (at most about twice them, plus this many) instead of growing with every write until
 /// the first deadline. Lower drains in smaller batches, more often.
 const DRAIN: u64 = if cfg!(runcache_loom) { 2 } else { 1024 };
-
-/// Where a cache reads the time.
-///
-/// [`Clock::coarse`] (the default) is the operating system's monotonic clock at its coarse
-/// resolution where it has one (Linux's `CLOCK_MONOTONIC_COARSE`, a read of the kernel's
-/// last tick, a few milliseconds; elsewhere `std::time::Instant`). [`Clock::manual`] is a
-/// clock that only moves when told to, for tests.
-///
-/// A clock never goes back: the coarse clock is monotonic, and a manual clock only
-/// advances.
-///
-/// ```
-/// use runcache::{Cache, Clock};
-/// use std::time::Duration;
-///
-/// let (clock, hand) = Clock::manual();
-/// let cache = Cache::<u32, u32>::builder()
-///     .capacity(10)
-///     .time_to_live(Duration::from_secs(60))
-///     .clock(clock)
-///     .build()?;
-/// cache.put(1, 1).unwrap();
-/// hand.advance(Duration::from_secs(59));
-/// assert!(cache.get(&1).is_some());
-/// hand.advance(Duration::from_secs(1));
-/// assert!(cache.get(&1).is_none());
-/// # Ok::<(), runcache::ConfigError>(())
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct Clock(Source);
-
-#[derive(Clone, Debug, Default)]
-enum Source {
-    #[default]
-    Coarse,
-    // A std atomic under loom too: the time is not part of any protocol the models check.
-    Manual(Arc<std::sync::atomic::AtomicU64>),
-}
-
-/// The hand of a [`Clock::manual`] clock: moves it forward.
-#[derive(Clone, Debug)]
-pub struct ManualClock(Arc<std::sync::atomic::AtomicU64>);
-
-impl Clock {
-    /// The operating system's coarse monotonic clock (the default).
-    ///
-    /// ```
-    /// use runcache::{Cache, Clock};
-    /// use std::time::Duration;
-    ///
-    /// let cache = Cache::<u32, u32>::builder()
-    ///     .time_to_live(Duration::from_secs(3_600))
-    ///     .clock(Clock::coarse())
-    ///     .build()?;
-    /// cache.put(1, 1).unwrap();
-    /// assert!(cache.get(&1).is_some());
-    /// # Ok::<(), runcache::ConfigError>(())
-    /// ```
-    pub fn coarse() -> Self {
-        Self(Source::Coarse)
-    }
-
-    /// A clock that starts at zero and moves only by its hand's
-    /// [`advance`](ManualClock::advance).
-    ///
-    /// ```
-    /// use runcache::Clock;
-    /// use std::time::Duration;
-    ///
-    /// let (_clock, hand) = Clock::manual();
-    /// assert_eq!(hand.elapsed(), Duration::ZERO);
-    /// ```
-    pub fn manual() -> (Self, ManualClock) {
-        let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        (Self(Source::Manual(Arc::clone(&time))), ManualClock(time))
-    }
-
-    /// Now, in nanoseconds of this clock.
-    #[inline]
-    pub(crate) fn now(&self) -> u64 {
-        match &self.0 {
-            Source::Coarse => coarse_now(),
-            // Relaxed: the time is a value of its own; an entry's deadline is compared with
-            // it, never published through it.
-            Source::Manual(t) => t.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl ManualClock {
-    /// Moves the clock forward by `by` (saturating at the clock's end, some 584 years on).
-    ///
-    /// ```
-    /// use runcache::Clock;
-    /// use std::time::Duration;
-    ///
-    /// let (_clock, hand) = Clock::manual();
-    /// hand.advance(Duration::from_secs(2));
-    /// hand.advance(Duration::MAX);
-    /// assert_eq!(hand.elapsed(), Duration::from_nanos(u64::MAX));
-    /// ```
-    pub fn advance(&self, by: Duration) {
-        let by = nanos(by);
-        // Relaxed: see `Clock::now`.
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some(t.saturating_add(by))
-            });
-    }
-
-    /// The time on the clock, from its start.
-    ///
-    /// ```
-    /// use runcache::Clock;
-    /// use std::time::Duration;
-    ///
-    /// let (_clock, hand) = Clock::manual();
-    /// hand.advance(Duration::from_millis(3));
-    /// assert_eq!(hand.elapsed(), Duration::from_millis(3));
-    /// ```
-    pub fn elapsed(&self) -> Duration {
-        // Relaxed: see `Clock::now`.
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
-    }
-}
-
-/// The coarse monotonic clock, in nanoseconds.
-#[cfg(target_os = "linux")]
-#[inline]
-fn coarse_now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every
-    // Linux since 2.6.32 and cannot fail with a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    // Seconds since boot times 10^9 stay under 2^64 for 584 years: no overflow to check.
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
-}
-
-/// The monotonic clock, in nanoseconds since the first read.
-#[cfg(not(target_os = "linux"))]
-fn coarse_now() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let start = *START.get_or_init(std::time::Instant::now);
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(NEVER - 1)
-}
 
 /// Bits of the step hint (X3) that count schedules; the others hold a tick.
 const COUNT_BITS: u32 = 20;

@@ -2,6 +2,7 @@
 
 use super::*;
 use std::sync::atomic::AtomicBool as StdBool;
+use std::sync::Arc;
 
 /// A test node: a deadline and whether it is cached.
 #[derive(Clone)]
