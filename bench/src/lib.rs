@@ -84,8 +84,8 @@ fn runcache_with(capacity: u64) -> runcache::Cache<u64, u64> {
         .expect("the default shard count is valid")
 }
 
-/// The time to live of the `*-ttl` subjects: an hour, so that a run expires nothing and
-/// measures what keeping the deadlines costs.
+/// The time to live of the `*-ttl` subjects and the time to idle of the `*-tti` ones: an
+/// hour, so that a run expires nothing and measures what keeping the deadlines costs.
 pub const SUBJECT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Subject for RuncacheArc {
@@ -260,6 +260,27 @@ pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
                 .clock(runcache::Clock::ticking().expect("a clock thread"))
                 .build()
                 .expect("a valid configuration"),
+        )),
+        "runcache-tti" => Box::new(RuncacheArc(
+            runcache::Cache::builder()
+                .capacity(capacity)
+                .time_to_idle(SUBJECT_TTL)
+                .build()
+                .expect("a valid configuration"),
+        )),
+        "runcache-tti-ticking" => Box::new(RuncacheArc(
+            runcache::Cache::builder()
+                .capacity(capacity)
+                .time_to_idle(SUBJECT_TTL)
+                .clock(runcache::Clock::ticking().expect("a clock thread"))
+                .build()
+                .expect("a valid configuration"),
+        )),
+        "moka-tti" => Box::new(Moka(
+            moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_idle(SUBJECT_TTL)
+                .build_with_hasher(Hasher::default()),
         )),
         "moka-ttl" => Box::new(Moka(
             moka::sync::Cache::builder()
