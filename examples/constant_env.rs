@@ -2,9 +2,11 @@
 //! `RUNCACHE_CONSTANT_CACHE_CAPACITY` gives each device kind a budget in MiB. A bad field is
 //! reported with its token and byte position, and the other fields still apply; nothing
 //! panics, and a kind left without a budget caches nothing (every use builds its constant).
+//! `RUNCACHE_CONSTANT_CACHE_IDLE_SECS` gives every kind an idle time.
 //!
 //! ```text
-//! RUNCACHE_CONSTANT_CACHE_CAPACITY='cpu:64;gpu:16' cargo run --example constant_env
+//! RUNCACHE_CONSTANT_CACHE_CAPACITY='cpu:64;gpu:16' RUNCACHE_CONSTANT_CACHE_IDLE_SECS=600 \
+//!     cargo run --example constant_env
 //! RUNCACHE_CONSTANT_CACHE_CAPACITY='cpu:64;gpu:lots' cargo run --example constant_env
 //! ```
 //!
@@ -40,6 +42,11 @@ fn main() {
             "  error ({:?} at byte {}): {error}",
             error.kind, error.position
         );
+    }
+    match &report.idle {
+        Ok(Some(idle)) => println!("  idle time {} s", idle.as_secs()),
+        Ok(None) => println!("  no idle time ({} unset)", constant::IDLE_ENV_VAR),
+        Err(e) => println!("  idle time error: {e}"),
     }
     for kind in DeviceKind::ALL {
         match constant::env_capacity_mb(kind) {

@@ -1,10 +1,11 @@
-//! The process-wide constant caches read `RUNCACHE_CONSTANT_CACHE_CAPACITY` once, on first
-//! use. This file is its own test binary (its own process), so the variable can be set before
+//! The process-wide constant caches read `RUNCACHE_CONSTANT_CACHE_CAPACITY` and
+//! `RUNCACHE_CONSTANT_CACHE_IDLE_SECS` once, on first use. This file is its own test binary (its own process), so the variable can be set before
 //! that first use; it holds one test so that nothing else touches the caches first.
 
-use runcache::constant::{self, CapacityParseErrorKind, ENV_VAR};
+use runcache::constant::{self, CapacityParseErrorKind, ENV_VAR, IDLE_ENV_VAR};
 use runcache::DeviceKind;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// A `log` backend that keeps every warning.
 struct Capture(Mutex<Vec<String>>);
@@ -26,6 +27,7 @@ fn the_environment_is_read_once_bad_fields_are_reported_and_the_api_overrides_it
     log::set_logger(&LOG).unwrap();
     log::set_max_level(log::LevelFilter::Warn);
     std::env::set_var(ENV_VAR, "gpu:64;npu:3;cpu:-1");
+    std::env::set_var(IDLE_ENV_VAR, " 600 ");
 
     // The good field applies; each bad one leaves its kind at the default (0).
     assert_eq!(constant::capacity_mb(DeviceKind::Gpu), 64);
@@ -45,6 +47,16 @@ fn the_environment_is_read_once_bad_fields_are_reported_and_the_api_overrides_it
             (CapacityParseErrorKind::Negative, 17)
         ]
     );
+
+    // The idle time applies to every kind.
+    assert_eq!(report.idle_value.as_deref(), Some(" 600 "));
+    assert_eq!(report.idle, Ok(Some(Duration::from_secs(600))));
+    for kind in DeviceKind::ALL {
+        assert_eq!(
+            constant::cache(kind).time_to_idle(),
+            Some(Duration::from_secs(600))
+        );
+    }
 
     // Reported once through `log`, however often the caches are used.
     for _ in 0..3 {

@@ -159,6 +159,7 @@ impl ConstantCacheBuilder {
             self.device,
             core.build()
                 .expect("a constant cache's core configuration is valid"),
+            self.idle,
         )
     }
 }

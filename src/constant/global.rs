@@ -1,10 +1,15 @@
 //! The process-wide constant caches, one per device kind, sized on first use from
-//! `RUNCACHE_CONSTANT_CACHE_CAPACITY`, and the functions that read and set them.
+//! `RUNCACHE_CONSTANT_CACHE_CAPACITY` (and given an idle time by
+//! `RUNCACHE_CONSTANT_CACHE_IDLE_SECS`), and the functions that read and set them.
 
 #![forbid(unsafe_code)]
 
-use super::{parse_capacity_config, ConstantCache, DeviceKind, ParsedCapacity, ENV_VAR, MIB};
+use super::{
+    parse_capacity_config, ConstantCache, DeviceKind, ParsedCapacity, ENV_VAR, IDLE_ENV_VAR, MIB,
+};
+use std::fmt;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// What the process-wide caches found in the environment on first use.
 ///
@@ -23,13 +28,85 @@ use std::sync::OnceLock;
 /// }
 /// assert_eq!(report.parsed.config.get(DeviceKind::Cpu), constant::env_capacity_mb(DeviceKind::Cpu));
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EnvReport {
     /// The variable's value, if it was set (lossily decoded if it was not UTF-8).
     pub value: Option<String>,
     /// What was applied and what was wrong (empty when the variable was unset).
     pub parsed: ParsedCapacity,
+    /// [`IDLE_ENV_VAR`]'s value, if it was set.
+    pub idle_value: Option<String>,
+    /// The idle time it gave every process-wide cache (`None`: none, buffers stay until
+    /// evicted or removed), or what was wrong with it (then none either).
+    pub idle: Result<Option<Duration>, IdleParseError>,
+}
+
+impl Default for EnvReport {
+    fn default() -> Self {
+        Self {
+            value: None,
+            parsed: ParsedCapacity::default(),
+            idle_value: None,
+            idle: Ok(None),
+        }
+    }
+}
+
+/// What was wrong with [`IDLE_ENV_VAR`]: the process-wide caches then keep buffers with no
+/// idle time, as if it were unset.
+///
+/// ```
+/// use runcache::constant::{parse_idle_secs, IdleParseError};
+/// use std::time::Duration;
+///
+/// assert_eq!(parse_idle_secs(" 600 "), Ok(Duration::from_secs(600)));
+/// assert_eq!(parse_idle_secs("ten"), Err(IdleParseError::NotANumber("ten".into())));
+/// assert_eq!(parse_idle_secs("0"), Err(IdleParseError::Zero));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdleParseError {
+    /// Not a whole number of seconds (the value, trimmed).
+    NotANumber(String),
+    /// Zero, which would take every buffer out as soon as it was cached; unset the variable
+    /// for no idle time.
+    Zero,
+}
+
+impl fmt::Display for IdleParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotANumber(v) => write!(f, "`{v}` is not a whole number of seconds"),
+            Self::Zero => f.write_str(
+                "0 seconds would take every buffer out as soon as it is cached (unset it for none)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IdleParseError {}
+
+/// The idle time [`IDLE_ENV_VAR`] gives, from its value: whole seconds, spaces around
+/// allowed, above 0.
+///
+/// # Errors
+/// [`IdleParseError`] for anything else.
+///
+/// ```
+/// use runcache::constant::parse_idle_secs;
+/// use std::time::Duration;
+///
+/// assert_eq!(parse_idle_secs("3600"), Ok(Duration::from_secs(3600)));
+/// assert!(parse_idle_secs("-1").is_err());
+/// ```
+pub fn parse_idle_secs(value: &str) -> Result<Duration, IdleParseError> {
+    let v = value.trim();
+    match v.parse::<u64>() {
+        Ok(0) => Err(IdleParseError::Zero),
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => Err(IdleParseError::NotANumber(v.to_string())),
+    }
 }
 
 struct Global {
@@ -49,13 +126,28 @@ fn global() -> &'static Global {
         for e in &parsed.errors {
             log::warn!("{ENV_VAR}: {e}; {}", e.consequence());
         }
+        let idle_value = std::env::var_os(IDLE_ENV_VAR).map(|v| v.to_string_lossy().into_owned());
+        let idle = idle_value.as_deref().map(parse_idle_secs).transpose();
+        if let Err(e) = &idle {
+            log::warn!("{IDLE_ENV_VAR}: {e}; the process-wide caches keep no idle time");
+        }
         let make = |kind: DeviceKind| {
             let mb = parsed.config.get(kind).unwrap_or(0);
-            ConstantCache::with_capacity_bytes(kind, mb.saturating_mul(MIB))
+            let builder = ConstantCache::builder(kind).capacity_bytes(mb.saturating_mul(MIB));
+            match idle {
+                Ok(Some(idle)) => builder.time_to_idle(idle),
+                _ => builder,
+            }
+            .build()
         };
         Global {
             caches: [make(DeviceKind::Cpu), make(DeviceKind::Gpu)],
-            env: EnvReport { value, parsed },
+            env: EnvReport {
+                value,
+                parsed,
+                idle_value,
+                idle,
+            },
         }
     })
 }

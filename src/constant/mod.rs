@@ -21,7 +21,8 @@
 //!
 //! [`cache`] returns the process-wide cache of a device kind. Their capacities start at 0
 //! (off), or at the values of the `RUNCACHE_CONSTANT_CACHE_CAPACITY` environment variable
-//! (`cpu:10240;gpu:2048`, MiB), read once on first use. [`set_capacity_mb`] and
+//! (`cpu:10240;gpu:2048`, MiB), read once on first use; `RUNCACHE_CONSTANT_CACHE_IDLE_SECS`
+//! gives them an idle time ([`IDLE_ENV_VAR`]). [`set_capacity_mb`] and
 //! [`set_enabled`] override it. A bad value is reported once through the `log` crate, kept in
 //! [`env_report`], and leaves only the bad field's kind at its default.
 //!
@@ -60,8 +61,8 @@ pub use config::{
     ParsedCapacity, MAX_CAPACITY_MB,
 };
 pub use global::{
-    cache, capacity_mb, env_capacity_mb, env_report, is_enabled, set_capacity_mb, set_enabled,
-    EnvReport,
+    cache, capacity_mb, env_capacity_mb, env_report, is_enabled, parse_idle_secs, set_capacity_mb,
+    set_enabled, EnvReport, IdleParseError,
 };
 
 use crate::cache::{Cache, Fetched, Handle, Source, Stats};
@@ -74,6 +75,12 @@ use std::sync::Arc;
 
 /// The environment variable read by the process-wide caches.
 pub const ENV_VAR: &str = "RUNCACHE_CONSTANT_CACHE_CAPACITY";
+
+/// The environment variable that gives every process-wide cache an idle time, in whole
+/// seconds (see [`ConstantCacheBuilder::time_to_idle`]): `600` takes out the buffers no
+/// lookup asked for in ten minutes. Read once, on first use, with [`ENV_VAR`]; unset, the
+/// caches keep no idle time.
+pub const IDLE_ENV_VAR: &str = "RUNCACHE_CONSTANT_CACHE_IDLE_SECS";
 
 pub(crate) const MIB: u64 = 1 << 20;
 
@@ -248,6 +255,8 @@ pub struct ConstantCache {
     cache: Cache<ConstantKey, ConstantBuffer>,
     /// Recency clock: advanced by every build; hits stamp their buffer with it.
     clock: AtomicU64,
+    /// The idle time its builder gave it.
+    idle: Option<std::time::Duration>,
     ledger: Arc<Ledger>,
 }
 
@@ -331,13 +340,35 @@ impl ConstantCache {
 
     /// A constant cache over `cache`, whose listener marks each buffer that leaves as
     /// outside (the builder's).
-    fn from_core(device: DeviceKind, cache: Cache<ConstantKey, ConstantBuffer>) -> Self {
+    fn from_core(
+        device: DeviceKind,
+        cache: Cache<ConstantKey, ConstantBuffer>,
+        idle: Option<std::time::Duration>,
+    ) -> Self {
         Self {
+            idle,
             device,
             cache,
             clock: AtomicU64::new(1),
             ledger: Arc::default(),
         }
+    }
+
+    /// How long a buffer no lookup asks for keeps its bytes, if the cache has an idle time
+    /// (see [`ConstantCacheBuilder::time_to_idle`], and [`IDLE_ENV_VAR`] for the
+    /// process-wide caches).
+    ///
+    /// ```
+    /// use runcache::constant::ConstantCache;
+    /// use runcache::DeviceKind;
+    /// use std::time::Duration;
+    ///
+    /// let cache = ConstantCache::builder(DeviceKind::Cpu).time_to_idle(Duration::from_secs(60)).build();
+    /// assert_eq!(cache.time_to_idle(), Some(Duration::from_secs(60)));
+    /// assert_eq!(ConstantCache::new(DeviceKind::Cpu).time_to_idle(), None);
+    /// ```
+    pub fn time_to_idle(&self) -> Option<std::time::Duration> {
+        self.idle
     }
 
     /// The device kind of this cache.
