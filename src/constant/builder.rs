@@ -143,7 +143,7 @@ impl ConstantCacheBuilder {
     /// assert_eq!((cache.device(), cache.capacity()), (DeviceKind::Cpu, 0));
     /// ```
     pub fn build(self) -> ConstantCache {
-        let mut core = crate::Cache::builder()
+        let mut core = crate::cache::Cache::builder()
             .capacity(self.bytes)
             .when_full(self.when_full)
             .weigher(|_, b: &super::ConstantBuffer| b.size() as u64)
