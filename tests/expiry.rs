@@ -30,6 +30,18 @@ fn ttl(live: Duration, capacity: u64) -> (Cache<u32, u32>, ManualClock, Heard) {
     (cache, hand, heard)
 }
 
+/// A cache of `capacity` entries with a time to idle, on a manual clock.
+fn tti(idle: Duration, capacity: u64) -> (Cache<u32, u32>, ManualClock) {
+    let (clock, hand) = Clock::manual();
+    let cache = Cache::builder()
+        .capacity(capacity)
+        .time_to_idle(idle)
+        .clock(clock)
+        .build()
+        .unwrap();
+    (cache, hand)
+}
+
 #[test]
 fn an_entry_lives_until_its_deadline_and_is_never_returned_after() {
     let (cache, hand, heard) = ttl(10 * SEC, 100);
@@ -106,13 +118,7 @@ fn an_async_build_replaces_an_expired_value() {
 
 #[test]
 fn time_to_idle_moves_on_with_each_read_but_not_with_a_peek() {
-    let (clock, hand) = Clock::manual();
-    let cache = Cache::<u32, u32>::builder()
-        .capacity(10)
-        .time_to_idle(10 * SEC)
-        .clock(clock)
-        .build()
-        .unwrap();
+    let (cache, hand) = tti(10 * SEC, 10);
     cache.put(1, 1).unwrap();
     cache.put(2, 2).unwrap();
     for round in 0..5 {
@@ -448,13 +454,7 @@ fn insert_expiring_gives_one_entry_its_own_deadline() {
 
 #[test]
 fn insert_expiring_in_an_idle_cache_follows_the_idle_time_after_a_read() {
-    let (clock, hand) = Clock::manual();
-    let cache = Cache::<u32, u32>::builder()
-        .capacity(10)
-        .time_to_idle(10 * SEC)
-        .clock(clock)
-        .build()
-        .unwrap();
+    let (cache, hand) = tti(10 * SEC, 10);
     cache.insert_expiring(1, 1, 2 * SEC).unwrap();
     cache.insert_expiring(2, 2, 2 * SEC).unwrap();
     hand.advance(SEC);

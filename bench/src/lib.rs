@@ -88,6 +88,34 @@ fn runcache_with(capacity: u64) -> runcache::Cache<u64, u64> {
 /// hour, so that a run expires nothing and measures what keeping the deadlines costs.
 pub const SUBJECT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// A runcache subject that expires entries after [`SUBJECT_TTL`]: from their write, or from
+/// their last read (`idle`), on `Clock::ticking` or the default clock.
+fn runcache_expiring(capacity: u64, idle: bool, ticking: bool) -> runcache::Cache<u64, u64> {
+    let b = runcache::Cache::builder().capacity(capacity);
+    let b = if idle {
+        b.time_to_idle(SUBJECT_TTL)
+    } else {
+        b.time_to_live(SUBJECT_TTL)
+    };
+    let b = if ticking {
+        b.clock(runcache::Clock::ticking().expect("a clock thread"))
+    } else {
+        b
+    };
+    b.build().expect("a valid configuration")
+}
+
+/// moka with the same setting as [`runcache_expiring`] (its own clock).
+fn moka_expiring(capacity: u64, idle: bool) -> moka::sync::Cache<u64, Arc<u64>, Hasher> {
+    let b = moka::sync::Cache::builder().max_capacity(capacity);
+    let b = if idle {
+        b.time_to_idle(SUBJECT_TTL)
+    } else {
+        b.time_to_live(SUBJECT_TTL)
+    };
+    b.build_with_hasher(Hasher::default())
+}
+
 impl Subject for RuncacheArc {
     fn get(&self, k: u64) -> bool {
         self.0.get(&k).is_some_and(|v| *v == k)
@@ -246,48 +274,12 @@ pub fn subject(name: &str, capacity: u64) -> Box<dyn Subject> {
         "runcache" => Box::new(RuncacheArc(runcache_with(capacity))),
         "runcache-pinned" => Box::new(RuncachePinned(runcache_with(capacity))),
         "runcache-cloned" => Box::new(RuncacheCloned(runcache_with(capacity))),
-        "runcache-ttl" => Box::new(RuncacheArc(
-            runcache::Cache::builder()
-                .capacity(capacity)
-                .time_to_live(SUBJECT_TTL)
-                .build()
-                .expect("a valid configuration"),
-        )),
-        "runcache-ttl-ticking" => Box::new(RuncacheArc(
-            runcache::Cache::builder()
-                .capacity(capacity)
-                .time_to_live(SUBJECT_TTL)
-                .clock(runcache::Clock::ticking().expect("a clock thread"))
-                .build()
-                .expect("a valid configuration"),
-        )),
-        "runcache-tti" => Box::new(RuncacheArc(
-            runcache::Cache::builder()
-                .capacity(capacity)
-                .time_to_idle(SUBJECT_TTL)
-                .build()
-                .expect("a valid configuration"),
-        )),
-        "runcache-tti-ticking" => Box::new(RuncacheArc(
-            runcache::Cache::builder()
-                .capacity(capacity)
-                .time_to_idle(SUBJECT_TTL)
-                .clock(runcache::Clock::ticking().expect("a clock thread"))
-                .build()
-                .expect("a valid configuration"),
-        )),
-        "moka-tti" => Box::new(Moka(
-            moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_idle(SUBJECT_TTL)
-                .build_with_hasher(Hasher::default()),
-        )),
-        "moka-ttl" => Box::new(Moka(
-            moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(SUBJECT_TTL)
-                .build_with_hasher(Hasher::default()),
-        )),
+        "runcache-ttl" => Box::new(RuncacheArc(runcache_expiring(capacity, false, false))),
+        "runcache-ttl-ticking" => Box::new(RuncacheArc(runcache_expiring(capacity, false, true))),
+        "runcache-tti" => Box::new(RuncacheArc(runcache_expiring(capacity, true, false))),
+        "runcache-tti-ticking" => Box::new(RuncacheArc(runcache_expiring(capacity, true, true))),
+        "moka-ttl" => Box::new(Moka(moka_expiring(capacity, false))),
+        "moka-tti" => Box::new(Moka(moka_expiring(capacity, true))),
         "quick_cache-inline" => Box::new(QuickCacheInline(quick_cache::sync::Cache::new(
             capacity as usize,
         ))),

@@ -21,14 +21,7 @@ pub(crate) fn expiry(scale: &Scale, rows: &mut Vec<Row>) {
         "moka-tti",
     ];
     let subjects: Vec<_> = names.iter().map(|n| hit_subject(n, KEYS)).collect();
-    let runs: Vec<Run<'_>> = subjects
-        .iter()
-        .map(|subject| {
-            batches(scale.hits, stream, move |batch| {
-                black_box(subject.get_batch(batch));
-            })
-        })
-        .collect();
+    let runs = hit_runs(&subjects, scale.hits, stream);
     let f = interleaved(runs);
     drop(subjects);
     for (setting, clock, runcache, moka) in [

@@ -12,14 +12,7 @@ pub(crate) fn hits(scale: &Scale, rows: &mut Vec<Row>) {
             let map: HashMap<u64, u64, Hasher> = (0..keys).map(|k| (k, k)).collect();
             let map_arc: HashMap<u64, Arc<u64>, Hasher> =
                 (0..keys).map(|k| (k, Arc::new(k))).collect();
-            let mut runs: Vec<Run<'_>> = subjects
-                .iter()
-                .map(|subject| {
-                    batches(scale.hits, stream, move |batch| {
-                        black_box(subject.get_batch(batch));
-                    })
-                })
-                .collect();
+            let mut runs = hit_runs(&subjects, scale.hits, stream);
             runs.push(batches(scale.hits, stream, |batch| {
                 black_box(get_batch_unsync(&map, batch));
             }));
@@ -60,14 +53,7 @@ pub(crate) fn hits_uniform(scale: &Scale, rows: &mut Vec<Row>) {
             "quick_cache",
         ];
         let subjects: Vec<_> = names.iter().map(|n| hit_subject(n, keys)).collect();
-        let runs: Vec<Run<'_>> = subjects
-            .iter()
-            .map(|subject| {
-                batches(scale.hits, stream, move |batch| {
-                    black_box(subject.get_batch(batch));
-                })
-            })
-            .collect();
+        let runs = hit_runs(&subjects, scale.hits, stream);
         let figure: HashMap<&str, f64> = names.into_iter().zip(interleaved(runs)).collect();
         drop(subjects);
         let label = format!("hit, uniform, {}k keys", keys / 1000);

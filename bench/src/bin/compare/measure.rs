@@ -55,6 +55,22 @@ impl Row {
 /// Keys per pinned batch in the hit measurements.
 pub(crate) const BATCH: usize = 1024;
 
+/// A run per subject, each of `ops` lookups over `stream` in batches ([`batches`]).
+pub(crate) fn hit_runs<'a>(
+    subjects: &'a [Box<dyn Subject>],
+    ops: usize,
+    stream: &'a [u64],
+) -> Vec<Run<'a>> {
+    subjects
+        .iter()
+        .map(|subject| {
+            batches(ops, stream, move |batch| {
+                black_box(subject.get_batch(batch));
+            })
+        })
+        .collect()
+}
+
 /// A run of `ops` lookups over `stream`, handed to `lookups` a batch of `BATCH` keys at a time.
 pub(crate) fn batches<'a>(
     ops: usize,
