@@ -6,7 +6,7 @@
 
 use runcache::constant::{
     AddError, Added, CapacityConfig, CapacityParseError, CapacityParseErrorKind, ConstantCache,
-    ConstantKey, EnvReport, ParsedCapacity,
+    ConstantCacheBuilder, ConstantKey, EnvReport, IdleParseError, ParsedCapacity,
 };
 use runcache::grouped::{ClearHold, GroupedCache, Owned, OwnerId};
 use runcache::multi::MultiCache;
@@ -14,9 +14,9 @@ use runcache::pool::{
     PoolGuard, PoolManager, PoolManagerBuilder, PoolStats, Reserve, WhenExhausted,
 };
 use runcache::{
-    AllocError, BuildError, Cache, CacheBuilder, ConfigError, ConstantBuffer, DeviceKind, Fetched,
-    Handle, HostAllocator, InsertError, Lookup, Pinned, PoolError, RecursionError, RemovalCause,
-    Source, Stats, WeakHandle, WhenFull,
+    AllocError, BuildError, Cache, CacheBuilder, Clock, ConfigError, ConstantBuffer, DeviceKind,
+    Fetched, Handle, HostAllocator, InsertError, Lookup, ManualClock, Pinned, PoolError,
+    RecursionError, RemovalCause, Source, Stats, WeakHandle, WhenFull,
 };
 use std::fmt::Debug;
 use std::path::Path;
@@ -39,7 +39,9 @@ fn the_public_types_are_send_and_sync_where_their_parameters_are() {
     send_sync::<RecursionError<String>>();
     send_sync::<BuildError<String, std::io::Error>>();
     send_sync::<ConfigError>();
+    send_sync::<(Clock, ManualClock)>();
     send_sync::<ConstantCache>();
+    send_sync::<(ConstantCacheBuilder, IdleParseError)>();
     send_sync::<ConstantBuffer>();
     send_sync::<(ConstantKey, DeviceKind, HostAllocator, AllocError)>();
     send_sync::<AddError<std::io::Error>>();
@@ -109,6 +111,7 @@ fn every_public_type_implements_debug() {
     debug::<InsertError<String, Vec<u8>>>();
     debug::<RecursionError<String>>();
     debug::<BuildError<String, std::io::Error>>();
+    debug::<(Clock, ManualClock, ConstantCacheBuilder, IdleParseError)>();
     debug::<(
         ConstantCache,
         ConstantBuffer,
