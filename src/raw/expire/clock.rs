@@ -177,13 +177,21 @@ impl ManualClock {
 #[cfg(target_os = "linux")]
 #[inline]
 fn coarse_now() -> u64 {
+    // CLOCK_MONOTONIC_COARSE exists on every Linux since 2.6.32.
+    linux_now(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+/// Linux's clock `id`, in nanoseconds.
+#[cfg(target_os = "linux")]
+#[inline]
+fn linux_now(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every
-    // Linux since 2.6.32 and cannot fail with a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec, and the callers pass clocks every Linux
+    // they run on has, so the call cannot fail.
+    unsafe { libc::clock_gettime(id, &mut ts) };
     // Seconds since boot times 10^9 stay under 2^64 for 584 years: no overflow to check.
     (ts.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
@@ -240,16 +248,7 @@ impl Ticker {
 /// a period).
 #[cfg(target_os = "linux")]
 fn fine_now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: as in `coarse_now`; CLOCK_MONOTONIC exists on every Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    // As in `coarse_now`: no overflow to check.
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    linux_now(libc::CLOCK_MONOTONIC)
 }
 
 /// The monotonic clock, in nanoseconds since the first read.

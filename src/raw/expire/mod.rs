@@ -101,7 +101,12 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 
 /// The deadline `d` after `now`; [`NEVER`] if it lies past the clock's end.
 pub(crate) fn after(now: u64, d: Duration) -> u64 {
-    now.checked_add(nanos(d)).unwrap_or(NEVER)
+    after_nanos(now, nanos(d))
+}
+
+/// The deadline `d` nanoseconds after `now`; [`NEVER`] if it lies past the clock's end.
+fn after_nanos(now: u64, d: u64) -> u64 {
+    now.checked_add(d).unwrap_or(NEVER)
 }
 
 /// The time left from `now` to `deadline`, `None` for a deadline that never comes.
@@ -239,7 +244,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     /// The deadline of a new entry created `now`.
     pub(crate) fn on_create(&self, key: &K, value: &V, now: u64) -> u64 {
         match &self.rule {
-            Rule::Live(d) | Rule::Idle(d) => now.checked_add(*d).unwrap_or(NEVER),
+            Rule::Live(d) | Rule::Idle(d) => after_nanos(now, *d),
             Rule::Policy(p) => p.after_create(key, value).map_or(NEVER, |d| after(now, d)),
         }
     }
@@ -247,7 +252,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     /// The deadline of a value that replaced one due at `old`.
     pub(crate) fn on_update(&self, key: &K, value: &V, old: u64, now: u64) -> u64 {
         match &self.rule {
-            Rule::Live(d) | Rule::Idle(d) => now.checked_add(*d).unwrap_or(NEVER),
+            Rule::Live(d) | Rule::Idle(d) => after_nanos(now, *d),
             Rule::Policy(p) => p
                 .after_update(key, value, left(now, old))
                 .map_or(old, |d| after(now, d)),
@@ -261,7 +266,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     pub(crate) fn on_read(&self, key: &K, value: &V, old: u64, now: u64) -> Option<u64> {
         let new = match &self.rule {
             Rule::Live(_) => return None,
-            Rule::Idle(d) => now.checked_add(*d).unwrap_or(NEVER),
+            Rule::Idle(d) => after_nanos(now, *d),
             Rule::Policy(p) => after(now, p.after_read(key, value, left(now, old))?),
         };
         (new != old && (new.abs_diff(old) >= TICK || old.saturating_sub(now) < TICK)).then_some(new)
