@@ -8,7 +8,7 @@ use runcache::constant::{
     AddError, Added, CapacityConfig, CapacityParseError, CapacityParseErrorKind, ConstantCache,
     ConstantCacheBuilder, ConstantKey, EnvReport, IdleParseError, ParsedCapacity,
 };
-use runcache::grouped::{ClearHold, GroupedCache, Owned, OwnerId};
+use runcache::grouped::{ClearHold, GroupedCache, GroupedCacheBuilder, Owned, OwnerId};
 use runcache::multi::MultiCache;
 use runcache::pool::{
     PoolGuard, PoolManager, PoolManagerBuilder, PoolStats, Reserve, WhenExhausted,
@@ -25,6 +25,7 @@ fn send_sync<T: Send + Sync>() {}
 fn debug<T: Debug>() {}
 
 type Grouped = GroupedCache<u32, u32, String, Vec<u8>>;
+type GroupedBuilder = GroupedCacheBuilder<u32, u32, String, Vec<u8>>;
 
 #[test]
 fn the_public_types_are_send_and_sync_where_their_parameters_are() {
@@ -42,6 +43,7 @@ fn the_public_types_are_send_and_sync_where_their_parameters_are() {
     send_sync::<(Clock, ManualClock)>();
     send_sync::<ConstantCache>();
     send_sync::<(ConstantCacheBuilder, IdleParseError)>();
+    send_sync::<GroupedBuilder>();
     send_sync::<ConstantBuffer>();
     send_sync::<(ConstantKey, DeviceKind, HostAllocator, AllocError)>();
     send_sync::<AddError<std::io::Error>>();
@@ -112,6 +114,7 @@ fn every_public_type_implements_debug() {
     debug::<RecursionError<String>>();
     debug::<BuildError<String, std::io::Error>>();
     debug::<(Clock, ManualClock, ConstantCacheBuilder, IdleParseError)>();
+    debug::<GroupedBuilder>();
     debug::<(
         ConstantCache,
         ConstantBuffer,

@@ -37,8 +37,8 @@ proptest! {
     }
 
     #[test]
-    fn grouped_cache_matches_its_model(groups_per_session: u8, c in chunks()) {
-        let input = grouped::Input { groups_per_session, ops: ops(&c) };
+    fn grouped_cache_matches_its_model(groups_per_session: u8, expiry: u8, c in chunks()) {
+        let input = grouped::Input { groups_per_session, expiry, ops: ops(&c) };
         grouped::run(input).map_err(TestCaseError::fail)?;
     }
 

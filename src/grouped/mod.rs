@@ -19,6 +19,9 @@
 //!   [`ClearHold`]. While any hold lives, `clear_owner` calls are deferred, and they run when
 //!   the last hold drops. Nothing is skipped, and nothing runs early.
 //! - Values are counted [`Handle`]s: what a caller holds survives any clearing.
+//! - Expiry ([`GroupedCache::builder`]): each value expires on its own, after a time to live
+//!   or a time to idle, and a group whose values have all expired leaves its session, so an
+//!   idle input shape gives its objects and its place under the capacity back.
 //!
 //! ```
 //! use runcache::grouped::GroupedCache;
@@ -36,11 +39,15 @@
 
 #![forbid(unsafe_code)]
 
+mod expiry;
 mod owner;
 
+pub use expiry::GroupedCacheBuilder;
 pub use owner::{ClearHold, Owned, OwnerId};
 
-use crate::cache::{Cache, Fetched, Handle, Source, WhenFull};
+use expiry::{Expired, Stored};
+
+use crate::cache::{Cache, CacheBuilder, Fetched, Handle, Source, WhenFull};
 use crate::error::{BuildError, RecursionError};
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
@@ -107,7 +114,10 @@ impl<T: Hash + Eq + Clone + Send + Sync + 'static> Part for T {}
 /// ```
 pub struct GroupedCache<S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
     groups_per_session: usize,
-    values: Cache<(S, G, N), V>,
+    values: Cache<Stored<S, G, N>, V>,
+    /// Values taken out as expired, not yet uncounted from their groups; `None` for a cache
+    /// whose values do not expire.
+    expired: Option<Expired<S, G, N>>,
     /// Every session's groups, in one table keyed by `(session, group)`.
     groups: Cache<(S, G), Group<G, N>>,
     sessions: Cache<S, Session<G>>,
@@ -117,10 +127,14 @@ pub struct GroupedCache<S: Part, G: Part, N: Part, V: Send + Sync + 'static> {
 }
 
 fn unbounded<K: Hash + Eq + Send + Sync + 'static, V: Send + Sync + 'static>() -> Cache<K, V> {
-    Cache::builder()
-        .when_full(WhenFull::Reject)
+    unbounded_builder()
         .build()
         .expect("the default shard count is always valid")
+}
+
+pub(super) fn unbounded_builder<K: Hash + Eq + Send + Sync + 'static, V: Send + Sync + 'static>(
+) -> CacheBuilder<K, V> {
+    Cache::builder().when_full(WhenFull::Reject)
 }
 
 impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, V> {
@@ -136,9 +150,18 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     /// assert!(cache.get(&0, &10, "a").is_none());
     /// ```
     pub fn new(groups_per_session: usize) -> Self {
+        Self::with_values(groups_per_session, unbounded(), None)
+    }
+
+    fn with_values(
+        groups_per_session: usize,
+        values: Cache<Stored<S, G, N>, V>,
+        expired: Option<Expired<S, G, N>>,
+    ) -> Self {
         Self {
             groups_per_session,
-            values: unbounded(),
+            values,
+            expired,
             groups: unbounded(),
             sessions: unbounded(),
             owners: unbounded(),
@@ -164,7 +187,8 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         Q: Hash + Eq + ?Sized,
     {
         // A tuple of references hashes exactly as the owned tuple key does.
-        self.values.get_eq(&(session, group, name), |(s, g, n)| {
+        self.values.get_eq(&(session, group, name), |k| {
+            let (s, g, n) = &k.parts;
             s == session && g == group && n.borrow() == name
         })
     }
@@ -235,7 +259,11 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     fn set_as(&self, owner: Option<OwnerId>, s: &S, g: &G, n: &N, value: V) -> Option<Handle<V>> {
         let group = self.ensure_group(s, g);
         let key = (s.clone(), g.clone(), n.clone());
-        let old = match self.values.insert(key.clone(), value) {
+        let stored = Stored {
+            parts: key.clone(),
+            serial: group.serial,
+        };
+        let old = match self.values.insert(stored, value) {
             Ok(old) => old,
             Err(_) => unreachable!("the value table never refuses (unbounded, rejecting)"),
         };
@@ -286,7 +314,9 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                 async { Ok::<_, Infallible>(build.await) },
             )
             .await
-            .map_err(BuildError::into_recursion)?;
+            .map_err(|e| RecursionError {
+                key: BuildError::into_recursion(e).key.parts,
+            })?;
         Ok(self.built(owner, group, fetched, (s, g, n)))
     }
 
@@ -298,10 +328,15 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         g: &'a G,
         n: &'a N,
         group: &'a mut Option<Handle<Group<G, N>>>,
-    ) -> impl FnOnce() -> (S, G, N) + 'a {
+    ) -> impl FnOnce() -> Stored<S, G, N> + 'a {
         move || {
-            *group = Some(self.ensure_group(s, g));
-            (s.clone(), g.clone(), n.clone())
+            let made = self.ensure_group(s, g);
+            let serial = made.serial;
+            *group = Some(made);
+            Stored {
+                parts: (s.clone(), g.clone(), n.clone()),
+                serial,
+            }
         }
     }
 
@@ -349,7 +384,13 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     }
 
     /// The group `(s, g)`, created if missing; creating it may evict the session's oldest.
+    /// In a cache whose values expire, every expired value is taken out first and the groups
+    /// that leaves empty go, so the group found or made here is live.
     fn ensure_group(&self, s: &S, g: &G) -> Handle<Group<G, N>> {
+        if self.expired.is_some() {
+            self.values.purge_expired();
+            self.uncount_expired();
+        }
         let session = self
             .sessions
             .get_or_build_from(
@@ -537,8 +578,11 @@ fn same<'a, S: Part, G: Part, N: Part>(
     s: &'a S,
     g: &'a G,
     n: &'a N,
-) -> impl Fn(&(S, G, N)) -> bool + 'a {
-    move |(ks, kg, kn)| ks == s && kg == g && kn == n
+) -> impl Fn(&Stored<S, G, N>) -> bool + 'a {
+    move |k| {
+        let (ks, kg, kn) = &k.parts;
+        ks == s && kg == g && kn == n
+    }
 }
 
 impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> fmt::Debug for GroupedCache<S, G, N, V> {

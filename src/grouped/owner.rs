@@ -130,11 +130,12 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         }
     }
 
-    /// Uncounts an entry `clear_owner` removed from its group, and removes the group (from
-    /// the table and its session's count) if that left it empty, so that finished owners
-    /// leave no empty groups behind. A store into that group at the same moment may be
+    /// Uncounts an entry `clear_owner` removed (or the values table took out as expired)
+    /// from its group, and removes the group (from the table and its session's count) if
+    /// that left it empty, so that finished owners and idle shapes leave no empty groups
+    /// behind. A store into that group at the same moment may be
     /// undone with it, as when a group is evicted (`record`).
-    fn uncount(&self, (s, g, _): (S, G, N), serial: u64) {
+    pub(super) fn uncount(&self, (s, g, _): (S, G, N), serial: u64) {
         let key = (s, g);
         // Not the group it was stored in (that one was evicted): nothing to uncount.
         let Some(group) = self.groups.get(&key).filter(|now| now.serial == serial) else {
