@@ -23,6 +23,16 @@ pub(crate) fn may_be_heavy(weight: u64, capacity: u64) -> bool {
     weight > (capacity / 128).max(1)
 }
 
+/// The part of a victim's estimate `est` that counts against a candidate taking `taken` of
+/// its `weight` (all of it when the candidate takes the whole; rounded down).
+fn share(est: u64, taken: u64, weight: u64) -> u64 {
+    if taken >= weight {
+        return est;
+    }
+    // `taken < weight`, so the quotient is below `est` and fits.
+    (u128::from(est) * u128::from(taken) / u128::from(weight)) as u64
+}
+
 /// The door's verdict on a newcomer (**P10**).
 pub(crate) enum Door<T> {
     /// Not judged here (light enough for the small queue, or nothing yet to judge it by):
@@ -42,10 +52,13 @@ pub(super) struct Victims<T, const N: usize> {
     n: usize,
     /// Their weight.
     pub(super) freed: u64,
-    /// Their estimates, summed.
+    /// Their estimates, each in proportion to the part of its weight the candidate takes
+    /// (see [`gather`](S3Fifo::gather)), summed.
     pub(super) against: u64,
     /// Whether any of them is at the sketch's ceiling.
     ceiling: bool,
+    /// Whether any of them is below it.
+    below_ceiling: bool,
 }
 
 impl<T: Queued, const N: usize> Victims<T, N> {
@@ -68,7 +81,7 @@ impl<T: Queued, const N: usize> Victims<T, N> {
 
     /// Whether every one of them is at the sketch's ceiling (see `Sketch::at_ceiling`).
     pub(super) fn all_at_ceiling(&self) -> bool {
-        self.against >= sketch::MAX * self.len() as u64
+        self.n > 0 && !self.below_ceiling
     }
 
     /// Puts them back at the main queue's head, in their order (**P10**: a duel lost
@@ -88,6 +101,14 @@ impl<T: Queued> S3Fifo<T> {
     /// Takes main-queue victims, in the queue's order, until they weigh `need` or more, or
     /// `most` are taken, or (for a candidate `estimate`d below the sketch's ceiling) they
     /// outcount it: then the duel is lost whatever comes next.
+    ///
+    /// A victim counts against the candidate in proportion to the part of its weight the
+    /// candidate needs (rounded down): all of it for each victim but the last, and for a
+    /// victim heavier than the candidate only the candidate's share. So the duel compares
+    /// accesses per byte, as a budget in bytes is spent: a light entry that outcounts a
+    /// heavy one per byte takes its place (the heavy one's other bytes go to the next
+    /// newcomers), where counting the heavy one whole kept many light entries out for one
+    /// (`docs/EXPERIMENTS.md`, "Weighted admission"). Entries of one weight count whole.
     pub(super) fn gather<const N: usize>(
         &self,
         need: u64,
@@ -100,15 +121,18 @@ impl<T: Queued> S3Fifo<T> {
             freed: 0,
             against: 0,
             ceiling: false,
+            below_ceiling: false,
         };
         while v.freed < need && v.n < N && (estimate >= sketch::MAX || v.against < estimate) {
             let Some(e) = self.main_victim(limit) else {
                 break;
             };
             let est = limit.estimate(e.hash());
+            let taken = need - v.freed;
+            v.against = v.against.saturating_add(share(est, taken, e.weight()));
             v.freed = v.freed.saturating_add(e.weight());
-            v.against = v.against.saturating_add(est);
             v.ceiling |= est >= sketch::MAX;
+            v.below_ceiling |= est < sketch::MAX;
             v.taken[v.n] = Some(e);
             v.n += 1;
         }

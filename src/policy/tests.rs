@@ -351,6 +351,34 @@ fn a_light_winner_takes_a_heavy_victims_place_and_the_main_total_falls_by_the_di
 }
 
 #[test]
+fn a_victim_counts_against_a_lighter_leaver_only_for_the_bytes_it_takes() {
+    // One main entry of weight 9, estimated at 10, fills the main queue's share of capacity
+    // 10. A leaver of weight 3 takes a third of its bytes, so it faces a third of its count
+    // (3, rounded down). Each leaver counts its miss and its hit besides what it was seen:
+    // 100 at 3 ties and loses, 101 at 4 wins (whole, the victim's 10 would keep both out).
+    let p = evicted(64);
+    p.record(0, 10);
+    push(&p.main, &p.main_weight, heavy(0, 9));
+    for (h, seen) in [(100, 1), (101, 2)] {
+        let e = heavy(h, 3);
+        admit(&p, e.clone(), true, 1);
+        e.meta.touch();
+        p.record(h, seen);
+    }
+    assert_eq!(
+        p.victim(10).unwrap().hash,
+        100,
+        "3 against 3: the incumbent stays"
+    );
+    assert_eq!(
+        p.victim(10).unwrap().hash,
+        0,
+        "4 against 3: the light one takes its place"
+    );
+    assert_eq!(p.main_weight.load(Ordering::Relaxed), 3);
+}
+
+#[test]
 fn a_leaver_never_hit_duels_only_if_the_sketch_knows_it_well_and_then_by_a_margin() {
     // Victims 0..9 are estimated at 2 each (a miss and a hit); the three leavers were
     // never hit and the ghost does not know them. Each counts its own miss.
