@@ -388,8 +388,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     /// that leaves empty go, so the group found or made here is live.
     fn ensure_group(&self, s: &S, g: &G) -> Handle<Group<G, N>> {
         if self.expired.is_some() {
-            self.values.purge_expired();
-            self.uncount_expired();
+            self.purge_expired();
         }
         let session = self
             .sessions

@@ -55,10 +55,8 @@ pub(super) struct Victims<T, const N: usize> {
     /// Their estimates, each in proportion to the part of its weight the candidate takes
     /// (see [`gather`](S3Fifo::gather)), summed.
     pub(super) against: u64,
-    /// Whether any of them is at the sketch's ceiling.
-    ceiling: bool,
-    /// Whether any of them is below it.
-    below_ceiling: bool,
+    /// How many of them are at the sketch's ceiling.
+    at_ceiling: usize,
 }
 
 impl<T: Queued, const N: usize> Victims<T, N> {
@@ -76,12 +74,12 @@ impl<T: Queued, const N: usize> Victims<T, N> {
     /// would keep a hot heavy entry out for good).
     pub(super) fn outcounted_by(&self, estimate: u64, margin: u64) -> bool {
         estimate > self.against.saturating_add(margin)
-            || (self.len() > 1 && estimate >= sketch::MAX && !self.ceiling)
+            || (self.len() > 1 && estimate >= sketch::MAX && self.at_ceiling == 0)
     }
 
     /// Whether every one of them is at the sketch's ceiling (see `Sketch::at_ceiling`).
     pub(super) fn all_at_ceiling(&self) -> bool {
-        self.n > 0 && !self.below_ceiling
+        self.n > 0 && self.at_ceiling == self.n
     }
 
     /// Puts them back at the main queue's head, in their order (**P10**: a duel lost
@@ -120,8 +118,7 @@ impl<T: Queued> S3Fifo<T> {
             n: 0,
             freed: 0,
             against: 0,
-            ceiling: false,
-            below_ceiling: false,
+            at_ceiling: 0,
         };
         while v.freed < need && v.n < N && (estimate >= sketch::MAX || v.against < estimate) {
             let Some(e) = self.main_victim(limit) else {
@@ -131,8 +128,7 @@ impl<T: Queued> S3Fifo<T> {
             let taken = need - v.freed;
             v.against = v.against.saturating_add(share(est, taken, e.weight()));
             v.freed = v.freed.saturating_add(e.weight());
-            v.ceiling |= est >= sketch::MAX;
-            v.below_ceiling |= est < sketch::MAX;
+            v.at_ceiling += usize::from(est >= sketch::MAX);
             v.taken[v.n] = Some(e);
             v.n += 1;
         }
