@@ -104,20 +104,26 @@
 
 mod allocator;
 mod buffer;
+mod builder;
 mod context;
 mod error;
 mod fault;
+mod retire;
 mod shared;
 mod slab;
 mod staging;
+mod transfer;
+mod validation;
 
-pub use allocator::{MemoryReport, VulkanAllocator, VulkanAllocatorBuilder};
+pub use allocator::{MemoryReport, VulkanAllocator};
 pub use ash;
 pub use buffer::DeviceBuffer;
-pub use context::{HeapBudget, ValidationLog, VulkanContext, VulkanContextBuilder};
+pub use builder::VulkanAllocatorBuilder;
+pub use context::{HeapBudget, VulkanContext, VulkanContextBuilder};
 pub use error::{VulkanError, WrappedError};
 pub use fault::Fault;
 pub use slab::SLAB_MAX;
+pub use validation::ValidationLog;
 
 use crate::constant::{self, ConstantCache, DeviceKind};
 use std::sync::{Mutex, MutexGuard};
