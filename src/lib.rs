@@ -143,7 +143,7 @@
 //!
 //! # Performance
 //!
-//! See `docs/BENCHMARKS.md` and the criterion benches in `bench/benches/`, which measure runcache
+//! See `docs/BENCHMARKS.md` and the criterion benches in `benches/benches/`, which measure runcache
 //! against papaya, quick_cache, moka and an unsynchronized `HashMap` in the same run.
 //!
 //! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch

@@ -1,5 +1,5 @@
 //! runcache's benchmark harness: the workloads, subjects and plots shared by the criterion
-//! benches (`bench/benches/*.rs`) and the two tools, `compare` (every workload against the
+//! benches (`benches/benches/*.rs`) and the two tools, `compare` (every workload against the
 //! peers; regenerates `docs/BENCHMARKS.md` and its plots) and `trace` (hit ratios on traces).
 //!
 //! Every subject is a concurrent map or cache behind one small trait, so each workload runs

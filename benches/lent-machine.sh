@@ -3,7 +3,7 @@
 # network (how docs/bench/lent-16-cores.md was measured): build here, carry the folder there,
 # run there.
 #
-#   bash bench/lent-machine.sh build DIR      # here: the binaries and Debian's Vulkan loader
+#   bash benches/lent-machine.sh build DIR      # here: the binaries and Debian's Vulkan loader
 #                                             # and validation layers, into DIR (about 15 MB)
 #   bash DIR/lent-machine.sh run OUT          # there, as root: every check, results into OUT
 #
