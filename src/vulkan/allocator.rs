@@ -6,7 +6,6 @@
 #![allow(unsafe_code)]
 
 use super::buffer::DeviceBuffer;
-use super::builder::VulkanAllocatorBuilder;
 use super::context::VulkanContext;
 use super::error::VulkanError;
 use super::fault::Fault;
@@ -22,7 +21,6 @@ use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 use gpu_allocator::MemoryLocation;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Where an allocator's device memory goes ([`VulkanAllocator::memory_report`]), from what
 /// callers asked for to what the driver holds. Each figure holds the one before it, so the
@@ -83,48 +81,6 @@ pub struct VulkanAllocator {
 }
 
 impl VulkanAllocator {
-    /// An allocator with the default settings.
-    ///
-    /// # Errors
-    /// As [`VulkanAllocatorBuilder::build`].
-    ///
-    /// ```no_run
-    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
-    /// # let ctx = VulkanContext::builder().build()?;
-    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// let gpu = VulkanAllocator::new(ctx)?;
-    /// assert_eq!(gpu.used_bytes(), 0);
-    /// # Ok::<(), runcache::VulkanError>(())
-    /// ```
-    pub fn new(ctx: Arc<VulkanContext>) -> Result<Self, VulkanError> {
-        Self::builder(ctx).build()
-    }
-
-    /// A builder for an allocator on `ctx`.
-    ///
-    /// ```no_run
-    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
-    /// # let ctx = VulkanContext::builder().build()?;
-    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// let gpu = VulkanAllocator::builder(ctx).soft_limit(64 << 20).build()?;
-    /// # let _ = gpu;
-    /// # Ok::<(), runcache::VulkanError>(())
-    /// ```
-    pub fn builder(ctx: Arc<VulkanContext>) -> VulkanAllocatorBuilder {
-        VulkanAllocatorBuilder {
-            ctx,
-            soft_limit: None,
-            dedicated_threshold: 16 << 20,
-            block_size: 64 << 20,
-            staging_size: 16 << 20,
-            staging_slots: 4,
-            force_staging: false,
-            prechecks: true,
-            empty_ttl: Duration::from_secs(1),
-            storage_range: true,
-        }
-    }
-
     /// The context.
     ///
     /// ```no_run
@@ -237,7 +193,7 @@ impl VulkanAllocator {
     /// Without a call, empty blocks go back after [`empty_block_ttl`] at the allocator's next
     /// call, or at once when a request finds the device short of memory.
     ///
-    /// [`empty_block_ttl`]: VulkanAllocatorBuilder::empty_block_ttl
+    /// [`empty_block_ttl`]: super::VulkanAllocatorBuilder::empty_block_ttl
     ///
     /// ```no_run
     /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
@@ -260,7 +216,7 @@ impl VulkanAllocator {
     /// [`VulkanError::ZeroSize`]; with prechecks on, [`VulkanError::TooLarge`],
     /// [`VulkanError::AboveHeap`] or [`VulkanError::OverBudget`] before the driver is called;
     /// [`VulkanError::AboveStorageRange`] (unless
-    /// [`limit_to_storage_range`](VulkanAllocatorBuilder::limit_to_storage_range) is off);
+    /// [`limit_to_storage_range`](super::VulkanAllocatorBuilder::limit_to_storage_range) is off);
     /// [`VulkanError::SoftLimit`]; or the driver's error ([`VulkanError::OutOfDeviceMemory`]
     /// and the others). Nothing is left allocated after an error.
     ///

@@ -12,6 +12,50 @@ use crossbeam_queue::SegQueue;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+impl VulkanAllocator {
+    /// An allocator with the default settings.
+    ///
+    /// # Errors
+    /// As [`VulkanAllocatorBuilder::build`].
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::new(ctx)?;
+    /// assert_eq!(gpu.used_bytes(), 0);
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
+    pub fn new(ctx: Arc<VulkanContext>) -> Result<Self, VulkanError> {
+        Self::builder(ctx).build()
+    }
+
+    /// A builder for an allocator on `ctx`.
+    ///
+    /// ```no_run
+    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
+    /// # let ctx = VulkanContext::builder().build()?;
+    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
+    /// let gpu = VulkanAllocator::builder(ctx).soft_limit(64 << 20).build()?;
+    /// # let _ = gpu;
+    /// # Ok::<(), runcache::VulkanError>(())
+    /// ```
+    pub fn builder(ctx: Arc<VulkanContext>) -> VulkanAllocatorBuilder {
+        VulkanAllocatorBuilder {
+            ctx,
+            soft_limit: None,
+            dedicated_threshold: 16 << 20,
+            block_size: 64 << 20,
+            staging_size: 16 << 20,
+            staging_slots: 4,
+            force_staging: false,
+            prechecks: true,
+            empty_ttl: Duration::from_secs(1),
+            storage_range: true,
+        }
+    }
+}
+
 /// Configures a [`VulkanAllocator`]; see [`VulkanAllocator::builder`].
 ///
 /// ```no_run

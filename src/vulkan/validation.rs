@@ -3,7 +3,6 @@
 
 #![allow(unsafe_code)]
 
-use super::context::VulkanContext;
 use super::lock;
 use crate::sync::{AtomicU64, Ordering};
 use ash::vk;
@@ -62,7 +61,7 @@ pub(super) struct Validation {
 
 /// The validation messages of a context, kept past its end: read it after the context is
 /// dropped to see what the layer said at `vkDestroyDevice` (objects never destroyed, for
-/// one). From [`VulkanContext::validation_log`].
+/// one). From [`VulkanContext::validation_log`](super::VulkanContext::validation_log).
 ///
 /// ```no_run
 /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
@@ -75,10 +74,10 @@ pub(super) struct Validation {
 /// # Ok::<(), runcache::VulkanError>(())
 /// ```
 #[derive(Clone)]
-pub struct ValidationLog(Arc<ValidationSink>);
+pub struct ValidationLog(pub(super) Arc<ValidationSink>);
 
 impl ValidationLog {
-    /// Errors reported since the last [`VulkanContext::take_validation_messages`].
+    /// Errors reported since the last [`VulkanContext::take_validation_messages`](super::VulkanContext::take_validation_messages).
     ///
     /// ```no_run
     /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
@@ -116,78 +115,5 @@ impl fmt::Debug for ValidationLog {
         f.debug_struct("ValidationLog")
             .field("errors", &self.errors())
             .finish_non_exhaustive()
-    }
-}
-
-impl VulkanContext {
-    /// Validation errors reported so far (always 0 without validation).
-    ///
-    /// ```no_run
-    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
-    /// # let ctx = VulkanContext::builder().build()?;
-    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// let ctx = VulkanContext::builder().validation(true).build()?;
-    /// let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// let _ = gpu.upload(&[0u8; 64])?;
-    /// assert_eq!(ctx.validation_errors(), 0);
-    /// # Ok::<(), runcache::VulkanError>(())
-    /// ```
-    pub fn validation_errors(&self) -> u64 {
-        self.validation
-            .as_ref()
-            .map_or(0, |v| v.sink.errors.load(Ordering::Relaxed))
-    }
-
-    /// Takes the validation messages received so far (errors and warnings) and resets the
-    /// error count: for tests that provoke a message on purpose.
-    ///
-    /// ```no_run
-    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
-    /// # let ctx = VulkanContext::builder().build()?;
-    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// let ctx = VulkanContext::builder().validation(true).build()?;
-    /// let first = ctx.take_validation_messages();
-    /// assert!(ctx.take_validation_messages().len() <= first.len() || first.is_empty());
-    /// # Ok::<(), runcache::VulkanError>(())
-    /// ```
-    pub fn take_validation_messages(&self) -> Vec<String> {
-        match &self.validation {
-            Some(v) => {
-                v.sink.errors.store(0, Ordering::Relaxed);
-                v.sink.warnings.store(0, Ordering::Relaxed);
-                std::mem::take(&mut *lock(&v.sink.messages))
-            }
-            None => Vec::new(),
-        }
-    }
-
-    /// The validation messages, in a log that outlives the context (`None` without
-    /// validation): a test drops the context and then checks that destroying the device
-    /// reported nothing, such as an object never destroyed.
-    ///
-    /// ```no_run
-    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
-    /// # let ctx = VulkanContext::builder().build()?;
-    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// assert!(VulkanContext::builder().build()?.validation_log().is_none());
-    /// # Ok::<(), runcache::VulkanError>(())
-    /// ```
-    pub fn validation_log(&self) -> Option<ValidationLog> {
-        self.validation
-            .as_ref()
-            .map(|v| ValidationLog(Arc::clone(&v.sink)))
-    }
-
-    /// Whether validation is on.
-    ///
-    /// ```no_run
-    /// # use runcache::vulkan::{VulkanAllocator, VulkanContext};
-    /// # let ctx = VulkanContext::builder().build()?;
-    /// # let gpu = VulkanAllocator::new(ctx.clone())?;
-    /// assert!(VulkanContext::builder().validation(true).build()?.validation_enabled());
-    /// # Ok::<(), runcache::VulkanError>(())
-    /// ```
-    pub fn validation_enabled(&self) -> bool {
-        self.validation.is_some()
     }
 }
