@@ -88,29 +88,71 @@ fn two_keepers_race_and_every_expired_entry_leaves_once() {
     });
 }
 
+/// A cache of one entry (1 → 1) that lives a second, the clock two seconds on: `race` runs
+/// while another thread purges, and the purger is joined before this returns.
+fn racing_a_purge(
+    race: impl FnOnce(&Cache<u32, u32, Fixed>),
+) -> (
+    Arc<Cache<u32, u32, Fixed>>,
+    ManualClock,
+    Arc<[AtomicUsize; 2]>,
+) {
+    let heard: Arc<[AtomicUsize; 2]> = Arc::new(Default::default());
+    let (c, hand) = expiring(Duration::from_secs(1), heard.clone());
+    let c = Arc::new(c);
+    c.put(1, 1).unwrap();
+    hand.advance(Duration::from_secs(2));
+    let c2 = c.clone();
+    let purger = thread::spawn(move || {
+        c2.purge_expired();
+        runcache::__loom_thread_exit();
+    });
+    race(&c);
+    purger.join().unwrap();
+    (c, hand, heard)
+}
+
 /// (l) The wheel takes an entry out at its deadline while another thread removes it: the
 /// value leaves once, by whichever got there first, and the wheel's bucket entry is only a
 /// hint (X2).
 #[test]
 fn an_expiry_racing_a_remove_takes_the_value_once() {
     check(|| {
-        let heard: Arc<[AtomicUsize; 2]> = Arc::new(Default::default());
-        let (c, hand) = expiring(Duration::from_secs(1), heard.clone());
-        let c = Arc::new(c);
-        c.put(1, 1).unwrap();
-        hand.advance(Duration::from_secs(2));
-        let c2 = c.clone();
-        let purger = thread::spawn(move || {
-            c2.purge_expired();
-            runcache::__loom_thread_exit();
+        let (c, _hand, heard) = racing_a_purge(|c| {
+            let removed = c.remove(&1);
+            assert!(removed.is_none(), "an expired value is not handed back");
         });
-        let removed = c.remove(&1);
-        assert!(removed.is_none(), "an expired value is not handed back");
-        purger.join().unwrap();
         assert_eq!(
             heard[0].load(Ordering::Relaxed),
             1,
             "taken out once, as expired"
+        );
+        assert_eq!(heard[1].load(Ordering::Relaxed), 0);
+        assert_eq!((c.len(), c.weighted_size()), (0, 0));
+        c.__validate().expect("exact accounting");
+    });
+}
+
+/// (m) A write puts a key again after its value expired, while another thread's purge hands
+/// out the expired value's record (X4): the record is matched by address against what the
+/// table leads to, so it takes out the expired value at most once and never the new one,
+/// whose own record is not lost (the later purge takes it out at its deadline).
+#[test]
+fn a_record_racing_the_put_that_takes_its_key_again_takes_only_its_own_value() {
+    check(|| {
+        let (c, hand, heard) = racing_a_purge(|c| c.put(1, 2).unwrap());
+        assert_eq!(
+            heard[0].load(Ordering::Relaxed),
+            1,
+            "the old value expired once"
+        );
+        assert_eq!(c.get_cloned(&1), Some(2), "the new value lives");
+        hand.advance(Duration::from_secs(2));
+        c.purge_expired();
+        assert_eq!(
+            heard[0].load(Ordering::Relaxed),
+            2,
+            "the new value expired in turn"
         );
         assert_eq!(heard[1].load(Ordering::Relaxed), 0);
         assert_eq!((c.len(), c.weighted_size()), (0, 0));

@@ -24,7 +24,7 @@
 #![allow(unsafe_code)]
 
 use crate::policy::EntryMeta;
-use crate::sync::{fence, AtomicU32, Ordering};
+use crate::sync::{fence, AtomicU32, AtomicU8, Ordering};
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
 use std::cmp;
@@ -40,11 +40,10 @@ use std::sync::Arc;
 /// A value and the count of its owners (**C1**). `repr(C)`, so the value's offset in it
 /// depends on `V` alone, whatever allocation holds it.
 ///
-/// The count is 32 bits, and the eviction policy's state of the entry whose node holds the
-/// value sits beside it, in the bytes a value aligned to 8 would leave as padding: so a
-/// `u64 → u64` node is 56 bytes, which the allocator serves from a 64-byte block instead of
-/// an 80-byte one (`docs/DESIGN.md`, "Memory per entry"). A value that was never cached
-/// (`Solo`) leaves the policy's state unused.
+/// The count is 32 bits, and the eviction policy's state and the timer wheel's mark of the
+/// entry whose node holds the value sit beside it, in the bytes a value aligned to 8 would
+/// leave as padding: the head takes 8 bytes, not 16 (`docs/DESIGN.md`, "Memory per entry").
+/// A value that was never cached (`Solo`) leaves them unused.
 ///
 /// The head is aligned to 8 (and so is its size), so the value starts at a multiple of 8
 /// whatever its own alignment: a node's value cell keeps tags in the low three bits of the
@@ -61,6 +60,9 @@ struct Head {
     refs: AtomicU32,
     /// The eviction policy's state of the entry (unused outside a node).
     meta: EntryMeta,
+    /// The timer wheel's mark of the entry (X4 in `expire/`; unused outside a node): in the
+    /// byte the head's alignment leaves free.
+    wheel: AtomicU8,
 }
 
 // The value's address is a multiple of 8 for any `V`.
@@ -84,6 +86,7 @@ impl<V> Counted<V> {
             head: Head {
                 refs: AtomicU32::new(0),
                 meta: EntryMeta::new(),
+                wheel: AtomicU8::new(0),
             },
             value: UnsafeCell::new(MaybeUninit::uninit()),
         }
@@ -97,6 +100,7 @@ impl<V> Counted<V> {
             head: Head {
                 refs: AtomicU32::new(refs),
                 meta: EntryMeta::new(),
+                wheel: AtomicU8::new(0),
             },
             value: UnsafeCell::new(MaybeUninit::new(value)),
         }
@@ -130,6 +134,12 @@ impl<V> Counted<V> {
     #[inline(always)]
     pub(crate) fn meta(&self) -> &EntryMeta {
         &self.head.meta
+    }
+
+    /// The timer wheel's mark of the entry (X4 in `expire/`).
+    #[inline]
+    pub(crate) fn wheel_mark(&self) -> &AtomicU8 {
+        &self.head.wheel
     }
 
     /// Where the value is (or will be).

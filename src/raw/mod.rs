@@ -79,10 +79,10 @@ use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 use epoch::Domain;
 use equivalent::Equivalent;
-use expire::Expiring;
+use expire::{Expiring, Record};
 
 /// A cache's expiry, its wheel holding the cache's nodes.
-type NodeWheel<K, V> = Expiring<K, V, NodeRef<K, V>>;
+type NodeWheel<K, V> = Expiring<K, V, Record<K, V>>;
 pub(crate) use expire::{nanos, Rule};
 pub use expire::{Clock, Expiry, ManualClock};
 pub(crate) use flight::Recursion;

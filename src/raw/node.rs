@@ -27,7 +27,7 @@ use super::waiters::Waiters;
 use crate::policy::EntryMeta;
 #[cfg(runcache_loom)]
 use crate::sync::UnsafeCell;
-use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -155,6 +155,12 @@ impl<K, V> Node<K, V> {
     #[inline(always)]
     pub(crate) fn meta(&self) -> &EntryMeta {
         self.counted.meta()
+    }
+
+    /// The timer wheel's mark of the entry (X4 in `expire/`).
+    #[inline]
+    pub(crate) fn wheel_mark(&self) -> &AtomicU8 {
+        self.counted.wheel_mark()
     }
 
     /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of it

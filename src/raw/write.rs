@@ -113,7 +113,7 @@ where
                     // policy's queue and the wheel take more (I1).
                     let node = unsafe { &*node };
                     self.admit(node, room);
-                    self.scheduled(node);
+                    self.scheduled(node, &pin.guard);
                     return Ok(None);
                 }
                 pin.stats.unbump(Counter::Live);
@@ -182,7 +182,7 @@ where
                                 self.notify(to.key(), old, RemovalCause::Replaced);
                             }
                             self.admit(to, Room::Made);
-                            self.scheduled(to);
+                            self.scheduled(to, &pin.guard);
                             let capacity = self.budget.capacity();
                             self.retired(&pin, current.acquired_weight(), capacity);
                             return Ok(old.filter(|_| hand_back));

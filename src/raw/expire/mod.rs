@@ -17,13 +17,13 @@
 //!   held goes on without a step (the holder is stepping). So the buckets are plain vectors
 //!   behind an `UnsafeCell`, and nothing on a lookup or a write waits for the wheel.
 //! - **X2 (schedules are hints).** A node is scheduled once per deadline it was published
-//!   with (into its bucket, by a writer that takes the keeper flag for it, or else into the
-//!   lock-free inbox, which the keeper drains into the buckets). A bucket holds
-//!   a node at or before its deadline's time: a keeper that reaches a node whose deadline
-//!   moved later (a time-to-idle read) places it again, and one whose value has left the
-//!   cache drops it. So a node is taken out as expired only by a keeper that read its
-//!   deadline passed, through the same compare-and-swap as every other removal, and at most
-//!   once.
+//!   with (a record of it into its bucket, by a writer that takes the keeper flag for it, or
+//!   else into the lock-free inbox, which the keeper drains into the buckets). A bucket
+//!   holds a record at or before its node's deadline's time: a step hands out the records
+//!   that came due, and a node that one of them finds with its deadline moved later (a
+//!   time-to-idle read) is scheduled again. So a node is taken out as expired only by a
+//!   thread that read its deadline passed, through the same compare-and-swap as every
+//!   other removal, and at most once.
 //! - **X3 (no schedule forgotten).** Writes skip the wheel while its step hint says nothing
 //!   can be due: a tick, and a count of schedules, in one word. A schedule lowers the tick
 //!   to its deadline's and counts itself; the keeper reads the word before it drains the
@@ -33,15 +33,27 @@
 //!   step from then on places it. A hint that is low only costs a step that finds nothing.
 //!   A writer that places its node itself holds the flag, so no keeper raises the tick
 //!   meanwhile: it lowers the tick and leaves the count, which counts the inbox's nodes.
+//! - **X4 (records own nothing).** A record is a node's hash, its address and the deadline
+//!   it was scheduled with; it holds no count of the node. Its address is only compared
+//!   with the nodes a table leads to under a guard (`Shard::leads_to`, `Shard::holding`),
+//!   and a node is loaded only once the table has led to it (H3), so a record may outlive
+//!   its node, and an evicted or removed entry's node leaves through the epoch as in a
+//!   cache without expiry, while it is still warm. A record whose node the table no longer
+//!   leads to is dropped when a step or a sweep looks for it. One that finds a newer node
+//!   of the same key at the same address finds a live entry with a record of its own; so
+//!   that such records cannot pile up, a thorough sweep keeps, per node, the first record
+//!   it reaches and the one with the node's own deadline, by the node's wheel mark (the
+//!   sweep's generation, written only by the keeper, X1).
 
 #![allow(unsafe_code)]
 
 use super::counter::Counter;
-use super::node::{hold, Node, NodeRef};
+use super::node::Node;
 use super::table::Shard;
 use super::write::Take;
 use super::{Pin, RawCache, RemovalCause};
 use crate::sync::{AtomicBool, AtomicU64, Ordering, Queue, UnsafeCell};
+use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
@@ -68,12 +80,18 @@ const JUMP: u64 = (SPAN as u64) * (SPAN as u64);
 /// The most expired entries one write's step takes out, so that no write pays for a burst
 /// of deadlines alone; [`purge`](super::RawCache::purge_expired) takes them all.
 pub(crate) const STEP: usize = if cfg!(runcache_loom) { 2 } else { 256 };
-/// Schedules after which a write steps the wheel though nothing is due, to drain the inbox:
-/// an entry evicted or replaced long before its deadline is dropped when drained (or by the
-/// wheel's sweep of dead nodes), so what the wheel holds stays bound by the live entries
-/// (at most about twice them, plus this many) instead of growing with every write until
-/// the first deadline. Lower drains in smaller batches, more often.
+/// Schedules after which a write steps the wheel though nothing is due, to drain the inbox
+/// into the buckets, where the sweep of dead records reaches them: so what the wheel holds
+/// stays bound by the live entries (see [`SWEEP_AT`], plus this many) instead of growing
+/// with every write until the first deadline. Lower drains in smaller batches, more often.
 const DRAIN: u64 = if cfg!(runcache_loom) { 2 } else { 1024 };
+
+/// How many records the wheel holds, per record its last sweep kept, before it sweeps
+/// again (X4). Each sweep asks the table about every record, so a schedule costs
+/// `SWEEP_AT / (SWEEP_AT - 1)` such probes, amortized; and up to `SWEEP_AT` records of 24
+/// bytes wait per live entry. Higher probes less and holds more (`docs/EXPERIMENTS.md`,
+/// "Expiry", has what 2 and 4 cost a churning cache).
+const SWEEP_AT: usize = 4;
 
 /// Bits of the step hint (X3) that count schedules; the others hold a tick.
 const COUNT_BITS: u32 = 20;
@@ -165,13 +183,16 @@ pub trait Expiry<K, V>: Send + Sync {
     }
 }
 
-/// What a node tells the wheel.
+/// What the wheel holds: a record of a scheduled node.
 pub(crate) trait Scheduled {
-    /// Its deadline now (it moves on time-to-idle reads).
+    /// The deadline it was scheduled with.
     fn deadline(&self) -> u64;
-    /// Whether it still holds a cached value.
-    fn is_cached(&self) -> bool;
 }
+
+/// The mark's bits that hold a sweep's generation (X4); a new node's mark, 0, is none.
+const GENERATION: u8 = 0x7f;
+/// The mark's bit set once a sweep kept the record with the node's own deadline (X4).
+const EXACT: u8 = 0x80;
 
 /// How a cache sets its entries' deadlines: one rule per cache (a policy can combine the
 /// others, as the builder's error says).
@@ -184,13 +205,31 @@ pub(crate) enum Rule<K, V> {
     Policy(Box<dyn Expiry<K, V>>),
 }
 
-impl<K, V> Scheduled for NodeRef<K, V> {
-    fn deadline(&self) -> u64 {
-        Node::deadline(self)
-    }
+/// A record of a node for the wheel (X4): it owns nothing, and its address is never
+/// loaded before a table has led to it.
+pub(crate) struct Record<K, V> {
+    hash: u64,
+    node: *const Node<K, V>,
+    deadline: u64,
+}
 
-    fn is_cached(&self) -> bool {
-        Node::is_cached(self)
+// SAFETY: (X4) a record owns nothing and only compares its address; the node it names is
+// loaded only through a table, under a guard.
+unsafe impl<K, V> Send for Record<K, V> {}
+
+impl<K, V> Record<K, V> {
+    fn of(node: &Node<K, V>, deadline: u64) -> Self {
+        Self {
+            hash: node.hash,
+            node,
+            deadline,
+        }
+    }
+}
+
+impl<K, V> Scheduled for Record<K, V> {
+    fn deadline(&self) -> u64 {
+        self.deadline
     }
 }
 
@@ -272,9 +311,12 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
         (new != old && (new.abs_diff(old) >= TICK || old.saturating_sub(now) < TICK)).then_some(new)
     }
 
-    /// Hands the wheel a node just published with `deadline` (X2): straight into its
-    /// bucket if no thread is stepping the wheel (X1), else through the inbox.
-    pub(crate) fn schedule(&self, node: T, deadline: u64) {
+    /// Hands the wheel a record of a node just published (X2): straight into its bucket if
+    /// no thread is stepping the wheel (X1), else through the inbox. `keep` judges records
+    /// for a sweep of dead ones, if one falls due: whether a record, in the sweep of that
+    /// generation, is one to keep (X4).
+    pub(crate) fn schedule(&self, node: T, keep: impl FnMut(&T, u8) -> bool) {
+        let deadline = node.deadline();
         if deadline == NEVER {
             return;
         }
@@ -285,7 +327,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
                 // SAFETY: (X1) the flag is ours: no other thread touches the wheel.
                 let w = unsafe { &mut *w };
                 w.place(node);
-                w.sweep_dead();
+                w.sweep_dead(keep);
             });
             // The node is in the wheel, not the inbox, so the hint's count is left alone;
             // only its tick is lowered, while no keeper can raise it (X3). Relaxed: a hint.
@@ -296,8 +338,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
                         Some(hint(at.min(h >> COUNT_BITS), h))
                     });
             }
-            // Release: pairs with the next keeper's Acquire (X1); a swap, as in `step`.
-            let _ = self.keeper.swap(false, Ordering::Release);
+            self.let_go();
             return;
         }
         self.inbox.push(node);
@@ -308,6 +349,21 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
                 Some(hint(at.min(h >> COUNT_BITS), h + 1))
             });
+    }
+
+    /// Lets the wheel go (X1).
+    #[inline]
+    fn let_go(&self) {
+        // Release: pairs with the next keeper's Acquire swap (X1). A store: a swap that
+        // takes the flag is a read-modify-write, which reads the last value of the flag,
+        // so it finds this one once it is stored. A swap here cost a churning write a
+        // wait for its stores to drain (`docs/EXPERIMENTS.md`, "Expiry"). loom 0.7 lets a
+        // store land between the read and the write of another thread's swap (its issue
+        // 254: the flag then stays taken for good), so the models let go by a swap.
+        #[cfg(not(runcache_loom))]
+        self.keeper.store(false, Ordering::Release);
+        #[cfg(runcache_loom)]
+        let _ = self.keeper.swap(false, Ordering::Release);
     }
 
     /// Whether a step may find work: something scheduled since the last step may be due,
@@ -322,10 +378,17 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
     }
 
     /// Steps the wheel to `now` if no other thread is stepping it (X1): places what the
-    /// inbox holds, and hands `expire` each node whose deadline passed, up to `most` of
-    /// them (the rest stay due for the next step). `expire` runs after the wheel is let
-    /// go, so a listener it calls may use the cache. Returns how many it was handed.
-    pub(crate) fn step(&self, now: u64, most: usize, mut expire: impl FnMut(T)) -> usize {
+    /// inbox holds, and hands `expire` each record whose deadline passed, up to `most` of
+    /// them (the rest stay due for the next step); `keep` as in [`schedule`](Self::schedule).
+    /// `expire` runs after the wheel is let go, so a listener it calls may use the cache
+    /// and it may schedule again. Returns how many it was handed.
+    pub(crate) fn step(
+        &self,
+        now: u64,
+        most: usize,
+        keep: impl FnMut(&T, u8) -> bool,
+        mut expire: impl FnMut(T),
+    ) -> usize {
         // Acquire: pairs with the Release that let the wheel go, so this keeper sees the
         // buckets as the last one left them (X1).
         if self.keeper.swap(true, Ordering::Acquire) {
@@ -342,7 +405,7 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
             while let Some(n) = self.inbox.pop() {
                 w.place(n);
             }
-            let taken = w.advance(now, most);
+            let taken = w.advance(now, most, keep);
             (taken, w.next_due())
         });
         // Raised to the wheel's next tick only if nothing was scheduled since `seen` (X3).
@@ -357,18 +420,13 @@ impl<K, V, T: Scheduled> Expiring<K, V, T> {
                 };
                 Some(hint(at, h))
             });
-        // Release: pairs with the next keeper's Acquire (X1).
-        // A read-modify-write, not a store: every access to the flag is then a swap of one
-        // word. (The loom model, with a plain store here, let a later keeper's swap read the
-        // flag as still held after this thread had let it go, and the purge after it found
-        // the wheel taken for good.)
-        let _ = self.keeper.swap(false, Ordering::Release);
+        self.let_go();
         let n = taken.len();
         taken.into_iter().for_each(&mut expire);
         n
     }
 
-    /// Nodes the wheel holds, including those whose values left the cache since (tests).
+    /// Records the wheel holds, including those whose values left the cache since (tests).
     #[cfg(test)]
     pub(crate) fn scheduled(&self) -> usize {
         // SAFETY: (X1) the tests step the wheel from one thread, so none is stepping it now.
@@ -390,8 +448,13 @@ struct Wheel<T> {
     due: Vec<T>,
     /// Nodes in the buckets, `due` included.
     len: usize,
-    /// Live nodes when the wheel last dropped its dead ones (for the next drop's due).
+    /// Records kept when the wheel last dropped its dead ones (for the next drop's due).
     live_at_sweep: usize,
+    /// The generation of the last thorough sweep of dead records (X4): 1 to
+    /// [`GENERATION`].
+    generation: u8,
+    /// Whether the next sweep is thorough (see `sweep_dead`).
+    thorough: bool,
 }
 
 impl<T: Scheduled> Wheel<T> {
@@ -404,15 +467,13 @@ impl<T: Scheduled> Wheel<T> {
             due: Vec::new(),
             len: 0,
             live_at_sweep: 0,
+            generation: 0,
+            thorough: true,
         }
     }
 
-    /// Puts a node in the bucket of its deadline, relative to the wheel's tick; a node
-    /// whose value left the cache is dropped.
+    /// Puts a record in the bucket of its deadline, relative to the wheel's tick.
     fn place(&mut self, n: T) {
-        if !n.is_cached() {
-            return;
-        }
         let deadline = n.deadline();
         let at = due_tick(deadline);
         self.len += 1;
@@ -420,19 +481,20 @@ impl<T: Scheduled> Wheel<T> {
             self.due.push(n);
             return;
         }
+        // The finest level whose turn reaches `at`: level `l` spans deltas below
+        // `SPAN^(l + 1)` ticks, so it is the delta's highest bit over `SPAN_BITS`.
         let delta = at - self.tick;
-        for level in 0..LEVELS {
-            if delta < 1 << (SPAN_BITS * (level as u32 + 1)) {
-                let i = (at >> (SPAN_BITS * level as u32)) as usize & (SPAN - 1);
-                self.levels[level * SPAN + i].push(n);
-                return;
-            }
+        let level = (u64::BITS - 1 - delta.leading_zeros()) / SPAN_BITS;
+        if (level as usize) < LEVELS {
+            let i = (at >> (SPAN_BITS * level)) as usize & (SPAN - 1);
+            self.levels[level as usize * SPAN + i].push(n);
+        } else {
+            self.overflow.push(n);
         }
-        self.overflow.push(n);
     }
 
-    /// Turns the wheel to `now`, and takes up to `most` nodes whose deadlines passed.
-    fn advance(&mut self, now: u64, most: usize) -> Vec<T> {
+    /// Turns the wheel to `now`, and takes up to `most` records whose deadlines passed.
+    fn advance(&mut self, now: u64, most: usize, keep: impl FnMut(&T, u8) -> bool) -> Vec<T> {
         let target = now >> TICK_BITS;
         let mut taken = Vec::new();
         if target > self.tick.saturating_add(JUMP) {
@@ -445,11 +507,8 @@ impl<T: Scheduled> Wheel<T> {
             while taken.len() < most {
                 let Some(n) = self.due.pop() else { break };
                 self.len -= 1;
-                if !n.is_cached() {
-                    continue;
-                }
                 if n.deadline() > now {
-                    // Its deadline moved (a time-to-idle read): it waits again (X2).
+                    // Due by its tick, not yet by its time: it waits again (X2).
                     self.place(n);
                     continue;
                 }
@@ -460,7 +519,7 @@ impl<T: Scheduled> Wheel<T> {
             }
             self.turn();
         }
-        self.sweep_dead();
+        self.sweep_dead(keep);
         taken
     }
 
@@ -498,19 +557,32 @@ impl<T: Scheduled> Wheel<T> {
         all
     }
 
-    /// Drops the nodes whose values left the cache once they outnumber the live ones (a
-    /// removed or evicted node waits in its bucket until its deadline's tick otherwise):
-    /// the work is amortized over the removals that made them.
-    fn sweep_dead(&mut self) {
-        if self.len < 2 * self.live_at_sweep + 1024 {
+    /// Drops the records `keep` does not keep once the wheel holds [`SWEEP_AT`] times as
+    /// many as the last sweep kept (a removed or evicted node's record waits in its bucket
+    /// until its deadline's tick otherwise): the work is amortized over the removals that
+    /// made them.
+    ///
+    /// A sweep is quick (generation 0: the table is asked only whether it leads to each
+    /// record's address) while what it keeps holds steady, and thorough (a generation of
+    /// its own: one record per node, X4) after one that kept a quarter more than the one
+    /// before, so duplicates that a quick sweep keeps cannot pile up.
+    fn sweep_dead(&mut self, mut keep: impl FnMut(&T, u8) -> bool) {
+        if self.len < SWEEP_AT * self.live_at_sweep + 1024 {
             return;
         }
-        let keep = |b: &mut Vec<T>| b.retain(Scheduled::is_cached);
-        keep(&mut self.due);
-        self.levels.iter_mut().for_each(keep);
-        keep(&mut self.overflow);
+        let g = if self.thorough {
+            self.generation = self.generation % GENERATION + 1;
+            self.generation
+        } else {
+            0
+        };
+        let mut sweep = |b: &mut Vec<T>| b.retain(|n| keep(n, g));
+        sweep(&mut self.due);
+        self.levels.iter_mut().for_each(&mut sweep);
+        sweep(&mut self.overflow);
         self.len =
             self.due.len() + self.overflow.len() + self.levels.iter().map(Vec::len).sum::<usize>();
+        self.thorough = self.len > self.live_at_sweep + self.live_at_sweep / 4 + 1024;
         self.live_at_sweep = self.len;
     }
 
@@ -527,7 +599,7 @@ impl<T: Scheduled> Wheel<T> {
     }
 }
 
-impl<K, V> Expiring<K, V, NodeRef<K, V>> {
+impl<K, V> Expiring<K, V, Record<K, V>> {
     /// A lookup's read of `node`'s `value`: whether it is before its deadline, and if so
     /// the deadline's move, where reads move it (X2).
     #[inline]
@@ -580,15 +652,46 @@ where
         }
     }
 
-    /// Hands the wheel a node just published (X2), and takes a step of it: up to [`STEP`]
-    /// expired entries out, if any can be due.
-    pub(super) fn scheduled(&self, node: &Node<K, V>) {
+    /// Hands the wheel a record of a node just published (X2), and takes a step of it: up
+    /// to [`STEP`] expired entries out, if any can be due. `guard` pins this cache.
+    pub(super) fn scheduled(&self, node: &Node<K, V>, guard: &Guard) {
         let Some(x) = &self.expiry else { return };
         let deadline = node.deadline();
         if deadline != NEVER {
-            x.schedule(hold(node), deadline);
+            x.schedule(Record::of(node, deadline), |r, g| self.keeps(r, g, guard));
         }
         self.expire_step(x, STEP);
+    }
+
+    /// Whether a sweep of generation `g` keeps record `r` (X4). A quick one (0): whether
+    /// the table leads to its address. A thorough one: whether its node is still cached
+    /// where the table leads, and the record is the first of it the sweep reached, or the
+    /// first with the node's own deadline.
+    fn keeps(&self, r: &Record<K, V>, g: u8, guard: &Guard) -> bool {
+        let shard = self.shard(r.hash);
+        if g == 0 {
+            return shard.leads_to(r.hash, r.node, guard);
+        }
+        let Some(node) = shard.holding(r.hash, r.node, guard) else {
+            return false;
+        };
+        if !node.is_cached() {
+            return false;
+        }
+        let exact = if r.deadline == node.deadline() {
+            EXACT
+        } else {
+            0
+        };
+        let mark = node.wheel_mark();
+        // Relaxed: the mark is the keeper's alone (X1, X4).
+        let m = mark.load(Ordering::Relaxed);
+        let keep = m & GENERATION != g || exact & !m != 0;
+        if keep {
+            let m = if m & GENERATION == g { m } else { g };
+            mark.store(m | exact, Ordering::Relaxed);
+        }
+        keep
     }
 
     /// Takes out up to [`STEP`] expired entries for a reservation that found no room;
@@ -601,16 +704,36 @@ where
 
     /// Takes out up to `most` expired entries, if the wheel can hold any due and no other
     /// thread is stepping it (X1); returns how many it took out.
-    fn expire_step(&self, x: &Expiring<K, V, NodeRef<K, V>>, most: usize) -> usize {
+    #[inline]
+    fn expire_step(&self, x: &Expiring<K, V, Record<K, V>>, most: usize) -> usize {
         let now = x.now();
         if !x.step_due(now) {
             return 0;
         }
+        self.expire_step_at(x, now, most)
+    }
+
+    /// [`expire_step`](Self::expire_step) once the hint says a step may find work: apart,
+    /// so that the check every write makes stays a few instructions.
+    #[inline(never)]
+    fn expire_step_at(&self, x: &Expiring<K, V, Record<K, V>>, now: u64, most: usize) -> usize {
         let pin = self.pin();
+        let guard = &pin.guard;
         let mut out = 0;
-        x.step(now, most, |n| {
-            if self.take_expired(&n, self.shard(n.hash), &pin) {
+        let keep = |r: &Record<K, V>, g| self.keeps(r, g, guard);
+        x.step(now, most, keep, |r| {
+            let shard = self.shard(r.hash);
+            let Some(node) = shard.holding(r.hash, r.node, guard) else {
+                return;
+            };
+            if self.take_expired(node, shard, &pin) {
                 out += 1;
+            } else if node.is_cached() {
+                // Its deadline moved later (a time-to-idle read): scheduled again (X2).
+                let deadline = node.deadline();
+                if deadline != NEVER {
+                    x.schedule(Record::of(node, deadline), keep);
+                }
             }
         });
         out

@@ -295,7 +295,8 @@ where
         E: Send + Sync + 'static,
     {
         let (node, shard) = (attempt.node, attempt.shard);
-        let stats = self.pin().stats;
+        let pin = self.pin();
+        let stats = pin.stats;
         let (served, listed) = match result {
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
@@ -310,7 +311,7 @@ where
                     node.slot.finish(READY);
                     self.close(listed);
                     self.admit(node, room);
-                    self.scheduled(node);
+                    self.scheduled(node, &pin.guard);
                     attempt.done = true;
                     return Served::Built {
                         value,

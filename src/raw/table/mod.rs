@@ -251,6 +251,21 @@ impl<K: Eq, V> Shard<K, V> {
         guard: &'g Guard,
     ) -> Option<&'g Node<K, V>> {
         let tag = hash_tag(hash);
+        self.probe(hash, guard, |s, n| {
+            holds_key(s, n, tag, hash, &eq).then_some(n)
+        })
+    }
+
+    /// Walks the probe of `hash` through the table and those it migrates to, and returns
+    /// the first node `pick` makes of a slot's node (a slot whose node moved on sends the
+    /// probe to the newer table); reads only.
+    #[inline(always)]
+    fn probe<'g>(
+        &'g self,
+        hash: u64,
+        guard: &'g Guard,
+        pick: impl Fn(Word<'g, Node<K, V>>, &'g Node<K, V>) -> Option<&'g Node<K, V>>,
+    ) -> Option<&'g Node<K, V>> {
         let mut table = self.root(guard);
         'tables: loop {
             let mut i = hash as usize & table.mask;
@@ -280,18 +295,83 @@ impl<K: Eq, V> Shard<K, V> {
                     }
                     None if s.tag() == 0 => return None,
                     None => {}
-                    Some(n) if holds_key(s, n, tag, hash, &eq) => {
-                        if s.tag() & MOVED != 0 {
-                            table = table.next(guard)?;
-                            continue 'tables;
+                    Some(n) => {
+                        if let Some(found) = pick(s, n) {
+                            if s.tag() & MOVED != 0 {
+                                table = table.next(guard)?;
+                                continue 'tables;
+                            }
+                            return Some(found);
                         }
-                        return Some(n);
                     }
-                    Some(_) => {}
                 }
                 i = (i + 1) & table.mask;
             }
         }
+    }
+
+    /// Whether a slot of the key of hash `hash` holds `node`, in the table or one it
+    /// migrates to: reads slots only, and loads no node (a dangling `node` is compared,
+    /// never loaded; X4 in `expire/`). Unlike [`holding`](Self::holding) it does not follow
+    /// forwards, and a node it finds may have died since it was linked.
+    pub(crate) fn leads_to(&self, hash: u64, node: *const Node<K, V>, guard: &Guard) -> bool {
+        let mut table = self.root(guard);
+        'tables: loop {
+            let mut i = hash as usize & table.mask;
+            for _ in 0..=table.mask {
+                // Acquire: as in `find_bound` (a table it leads to must be visible).
+                let s = table.slot(i).load(Ordering::Acquire, guard);
+                if std::ptr::eq(s.as_raw(), node) && s.tag() & MOVED == 0 {
+                    return true;
+                }
+                // A sealed end, or the node itself moved on: the newer table decides.
+                let moved = if s.is_null() {
+                    s.tag() == MOVED
+                } else {
+                    s.tag() & MOVED != 0 && std::ptr::eq(s.as_raw(), node)
+                };
+                if moved {
+                    match table.next(guard) {
+                        Some(next) => {
+                            table = next;
+                            continue 'tables;
+                        }
+                        None => return false,
+                    }
+                }
+                if s.is_null() && s.tag() == 0 {
+                    return false;
+                }
+                i = (i + 1) & table.mask;
+            }
+            return false;
+        }
+    }
+
+    /// Finds `node` (hash `hash`) where the table binds it, or where it binds a node that
+    /// forwards to it; reads only, and loads no node whose slot's tag rules it out. A node
+    /// the table no longer leads to is not found; `node` may be a dangling address, which is
+    /// compared, never loaded (X4 in `expire/`).
+    pub(crate) fn holding<'g>(
+        &'g self,
+        hash: u64,
+        node: *const Node<K, V>,
+        guard: &'g Guard,
+    ) -> Option<&'g Node<K, V>> {
+        let tag = hash_tag(hash);
+        // The slot's own node is compared before it is loaded; a node of the same key is
+        // loaded to follow its forward (a replacement the slot has not been swung to yet).
+        self.probe(hash, guard, |s, n| {
+            if !s.may_hold(tag) {
+                None
+            } else if std::ptr::eq(n, node) {
+                Some(n)
+            } else if HASH_TAGS || n.hash == hash {
+                Some(n.resolve()).filter(|f| std::ptr::eq(*f, node))
+            } else {
+                None
+            }
+        })
     }
 
     /// Finds where the key belongs in the newest table, helping a migration on the way: the
