@@ -43,7 +43,7 @@ const NUDGE: f64 = 0.5;
 /// The share's unit: a share of `ONE` is the whole capacity.
 const ONE: u32 = 1 << 16;
 /// The share the climber starts from: 10% of the capacity, S3-FIFO's own split and the
-/// training suite's best single share (`docs/DESIGN.md`); traces shorter than a period
+/// training suite's best single share (`docs/EXPERIMENTS.md`); traces shorter than a period
 /// keep it.
 const INITIAL_SHARE: u32 = ONE / 10;
 /// The least share of the small queue: 1% of the capacity (and at least one entry).

@@ -118,7 +118,7 @@ pub fn get_or_insert<C: Sync>(
 /// On several, two threads that miss one key join one build; with two inserts, the second
 /// would replace the first one's entry and lose the hit that entry would have had (web07 at
 /// 1% to 10% of its keys lost 0.6 to 0.8 points from one thread to four that way, 0.03 to
-/// 0.16 through the single-flight lookup, `docs/DESIGN.md`).
+/// 0.16 through the single-flight lookup, `docs/EXPERIMENTS.md`).
 pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u64 {
     let cache = seeded(capacity, seed);
     concurrently(trace, threads, |k| {
@@ -135,7 +135,7 @@ pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u6
 /// the low bits of the keys: over a trace of dense integer keys they hash nearly the same
 /// set of keys, and the cache's sketch, ghost and sweep see nearly the same collisions. The
 /// seeds 0 to 4 spread zigzag at 10% of its keys by 0.25 points; the first five of this
-/// stream spread it by 3.02 (5.70% to 8.72%, `docs/DESIGN.md`).
+/// stream spread it by 3.02 (5.70% to 8.72%, `docs/EXPERIMENTS.md`).
 pub fn seeded(capacity: usize, seed: u64) -> runcache::Cache<u64, (), foldhash::fast::FixedState> {
     use rand::{Rng, SeedableRng};
     let spread = rand::rngs::StdRng::seed_from_u64(seed).random::<u64>();
