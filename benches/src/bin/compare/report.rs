@@ -142,7 +142,7 @@ pub(crate) fn write_docs(
            misses the CPU caches on the slot and the entry: the rows users with big caches of\n  \
            small values meet first. On this machine runcache's rate in these rows (and in the\n  \
            read-heavy mix, which reads such a table) moves by up to 2× from one run of the same\n  \
-           binary to the next while papaya's holds (`docs/DESIGN.md`, the read-heavy item).\n\
+           binary to the next while papaya's holds (`docs/EXPERIMENTS.md`, the read-heavy profile).\n\
          - Hits run on one thread, and at Zipf s=1 on two threads as well (\"hit on 2 threads\"\n  \
            rows: each thread looks up its own stream of the same keys in the same cache, so the\n  \
            hottest entries are shared).\n\
