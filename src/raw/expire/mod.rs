@@ -43,7 +43,8 @@
 //!   of the same key at the same address finds a live entry with a record of its own; so
 //!   that such records cannot pile up, a thorough sweep keeps, per node, the first record
 //!   it reaches and the one with the node's own deadline, by the node's wheel mark (the
-//!   sweep's generation, written only by the keeper, X1).
+//!   sweep's generation, written only by the keeper, X1), and a sweep is thorough once
+//!   quick ones keep more than twice what the last thorough one kept.
 
 #![allow(unsafe_code)]
 
@@ -455,6 +456,8 @@ struct Wheel<T> {
     generation: u8,
     /// Whether the next sweep is thorough (see `sweep_dead`).
     thorough: bool,
+    /// Records kept by the last thorough sweep.
+    kept_thorough: usize,
 }
 
 impl<T: Scheduled> Wheel<T> {
@@ -469,6 +472,7 @@ impl<T: Scheduled> Wheel<T> {
             live_at_sweep: 0,
             generation: 0,
             thorough: true,
+            kept_thorough: 0,
         }
     }
 
@@ -563,9 +567,9 @@ impl<T: Scheduled> Wheel<T> {
     /// made them.
     ///
     /// A sweep is quick (generation 0: the table is asked only whether it leads to each
-    /// record's address) while what it keeps holds steady, and thorough (a generation of
-    /// its own: one record per node, X4) after one that kept a quarter more than the one
-    /// before, so duplicates that a quick sweep keeps cannot pile up.
+    /// record's address) while it keeps at most twice what the last thorough one kept (plus
+    /// its slack), and thorough (a generation of its own: one record per node, X4) after
+    /// one that kept more, so duplicates that quick sweeps keep cannot pile up.
     fn sweep_dead(&mut self, mut keep: impl FnMut(&T, u8) -> bool) {
         if self.len < SWEEP_AT * self.live_at_sweep + 1024 {
             return;
@@ -582,7 +586,10 @@ impl<T: Scheduled> Wheel<T> {
         sweep(&mut self.overflow);
         self.len =
             self.due.len() + self.overflow.len() + self.levels.iter().map(Vec::len).sum::<usize>();
-        self.thorough = self.len > self.live_at_sweep + self.live_at_sweep / 4 + 1024;
+        if g != 0 {
+            self.kept_thorough = self.len;
+        }
+        self.thorough = self.len > 2 * self.kept_thorough + 1024;
         self.live_at_sweep = self.len;
     }
 

@@ -251,24 +251,27 @@ impl<K: Eq, V> Shard<K, V> {
         guard: &'g Guard,
     ) -> Option<&'g Node<K, V>> {
         let tag = hash_tag(hash);
-        self.probe(hash, guard, |s, n| {
-            holds_key(s, n, tag, hash, &eq).then_some(n)
+        self.probe(hash, guard, |s, n| match holds_key(s, n, tag, hash, &eq) {
+            true => Pick::Found(n),
+            false => Pick::Pass,
         })
     }
 
     /// Walks the probe of `hash` through the table and those it migrates to, and returns
-    /// the first node `pick` makes of a slot's node (a slot whose node moved on sends the
-    /// probe to the newer table); reads only.
+    /// the node `pick` finds at a slot (a slot whose node moved on sends the probe to the
+    /// newer table); reads only. A slot `pick` marks `Later` sends the probe on to the newer
+    /// table once this one's ends, if it does not find the node first.
     #[inline(always)]
     fn probe<'g>(
         &'g self,
         hash: u64,
         guard: &'g Guard,
-        pick: impl Fn(Word<'g, Node<K, V>>, &'g Node<K, V>) -> Option<&'g Node<K, V>>,
+        pick: impl Fn(Word<'g, Node<K, V>>, &'g Node<K, V>) -> Pick<'g, K, V>,
     ) -> Option<&'g Node<K, V>> {
         let mut table = self.root(guard);
         'tables: loop {
             let mut i = hash as usize & table.mask;
+            let mut later = false;
             // No probe bound: every table keeps an `EMPTY` or `SEALED` slot (H4), and the
             // probe ends at the first one. Counting probes cost about 6% on pinned hits, so
             // only builds with debug assertions count them, to turn a broken H4 into a panic
@@ -293,17 +296,23 @@ impl<K: Eq, V> Shard<K, V> {
                         table = table.next(guard)?;
                         continue 'tables;
                     }
+                    None if s.tag() == 0 && later => {
+                        table = table.next(guard)?;
+                        continue 'tables;
+                    }
                     None if s.tag() == 0 => return None,
                     None => {}
-                    Some(n) => {
-                        if let Some(found) = pick(s, n) {
+                    Some(n) => match pick(s, n) {
+                        Pick::Found(found) => {
                             if s.tag() & MOVED != 0 {
                                 table = table.next(guard)?;
                                 continue 'tables;
                             }
                             return Some(found);
                         }
-                    }
+                        Pick::Later => later = true,
+                        Pick::Pass => {}
+                    },
                 }
                 i = (i + 1) & table.mask;
             }
@@ -311,41 +320,24 @@ impl<K: Eq, V> Shard<K, V> {
     }
 
     /// Whether a slot of the key of hash `hash` holds `node`, in the table or one it
-    /// migrates to: reads slots only, and loads no node (a dangling `node` is compared,
-    /// never loaded; X4 in `expire/`). Unlike [`holding`](Self::holding) it does not follow
-    /// forwards, and a node it finds may have died since it was linked.
+    /// migrates to: reads slots, and loads only a moved node of the same hash tag (a
+    /// dangling `node` is compared, never loaded; X4 in `expire/`). Unlike
+    /// [`holding`](Self::holding) it does not follow forwards, and a node it finds may have
+    /// died since it was linked.
     pub(crate) fn leads_to(&self, hash: u64, node: *const Node<K, V>, guard: &Guard) -> bool {
-        let mut table = self.root(guard);
-        'tables: loop {
-            let mut i = hash as usize & table.mask;
-            for _ in 0..=table.mask {
-                // Acquire: as in `find_bound` (a table it leads to must be visible).
-                let s = table.slot(i).load(Ordering::Acquire, guard);
-                if std::ptr::eq(s.as_raw(), node) && s.tag() & MOVED == 0 {
-                    return true;
-                }
-                // A sealed end, or the node itself moved on: the newer table decides.
-                let moved = if s.is_null() {
-                    s.tag() == MOVED
-                } else {
-                    s.tag() & MOVED != 0 && std::ptr::eq(s.as_raw(), node)
-                };
-                if moved {
-                    match table.next(guard) {
-                        Some(next) => {
-                            table = next;
-                            continue 'tables;
-                        }
-                        None => return false,
-                    }
-                }
-                if s.is_null() && s.tag() == 0 {
-                    return false;
-                }
-                i = (i + 1) & table.mask;
+        let tag = hash_tag(hash);
+        self.probe(hash, guard, |s, n| {
+            if std::ptr::eq(n, node) {
+                Pick::Found(n)
+            } else if s.tag() & MOVED != 0 && s.may_hold(tag) && n.hash == hash {
+                // Maybe the key's slot, moved on with another node of it: the key's node
+                // may be in the newer table now (H2).
+                Pick::Later
+            } else {
+                Pick::Pass
             }
-            return false;
-        }
+        })
+        .is_some()
     }
 
     /// Finds `node` (hash `hash`) where the table binds it, or where it binds a node that
@@ -363,13 +355,18 @@ impl<K: Eq, V> Shard<K, V> {
         // loaded to follow its forward (a replacement the slot has not been swung to yet).
         self.probe(hash, guard, |s, n| {
             if !s.may_hold(tag) {
-                None
+                Pick::Pass
             } else if std::ptr::eq(n, node) {
-                Some(n)
-            } else if HASH_TAGS || n.hash == hash {
-                Some(n.resolve()).filter(|f| std::ptr::eq(*f, node))
+                Pick::Found(n)
+            } else if n.hash != hash {
+                Pick::Pass
+            } else if let Some(f) = Some(n.resolve()).filter(|f| std::ptr::eq(*f, node)) {
+                Pick::Found(f)
+            } else if s.tag() & MOVED != 0 {
+                // Maybe the key's slot, moved on with another node of it (H2).
+                Pick::Later
             } else {
-                None
+                Pick::Pass
             }
         })
     }
@@ -658,6 +655,16 @@ impl<K: Eq, V> Shard<K, V> {
             return value;
         }
     }
+}
+
+/// What a probe's `pick` makes of a slot's node.
+enum Pick<'g, K, V> {
+    /// The node looked for (the slot's, or one it leads to).
+    Found(&'g Node<K, V>),
+    /// Not it, but a slot that moved on and may have been its key's: if this table's probe
+    /// ends without it, the newer table is searched too.
+    Later,
+    Pass,
 }
 
 /// Whether slot word `s`, which holds node `n`, holds a node of the key that `eq` accepts
