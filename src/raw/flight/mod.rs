@@ -295,8 +295,7 @@ where
         E: Send + Sync + 'static,
     {
         let (node, shard) = (attempt.node, attempt.shard);
-        let pin = self.pin();
-        let stats = pin.stats;
+        let stats = self.pin().stats;
         let (served, listed) = match result {
             Ok(v) => {
                 let weight = self.weigh(node.key(), &v);
@@ -311,7 +310,11 @@ where
                     node.slot.finish(READY);
                     self.close(listed);
                     self.admit(node, room);
-                    self.scheduled(node, &pin.guard);
+                    if self.expires() {
+                        // Pinned only now: a reservation that waits for room must not
+                        // hold back the epoch that gives evicted weight back.
+                        self.scheduled(node, &self.pin().guard);
+                    }
                     attempt.done = true;
                     return Served::Built {
                         value,
