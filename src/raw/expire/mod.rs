@@ -219,11 +219,12 @@ pub(crate) struct Record<K, V> {
 unsafe impl<K, V> Send for Record<K, V> {}
 
 impl<K, V> Record<K, V> {
-    fn of(node: &Node<K, V>, deadline: u64) -> Self {
+    /// A record of `node` at its deadline now.
+    fn of(node: &Node<K, V>) -> Self {
         Self {
             hash: node.hash,
             node,
-            deadline,
+            deadline: node.deadline(),
         }
     }
 }
@@ -454,8 +455,6 @@ struct Wheel<T> {
     /// The generation of the last thorough sweep of dead records (X4): 1 to
     /// [`GENERATION`].
     generation: u8,
-    /// Whether the next sweep is thorough (see `sweep_dead`).
-    thorough: bool,
     /// Records kept by the last thorough sweep.
     kept_thorough: usize,
 }
@@ -471,7 +470,6 @@ impl<T: Scheduled> Wheel<T> {
             len: 0,
             live_at_sweep: 0,
             generation: 0,
-            thorough: true,
             kept_thorough: 0,
         }
     }
@@ -574,7 +572,7 @@ impl<T: Scheduled> Wheel<T> {
         if self.len < SWEEP_AT * self.live_at_sweep + 1024 {
             return;
         }
-        let g = if self.thorough {
+        let g = if self.live_at_sweep > 2 * self.kept_thorough + 1024 {
             self.generation = self.generation % GENERATION + 1;
             self.generation
         } else {
@@ -589,7 +587,6 @@ impl<T: Scheduled> Wheel<T> {
         if g != 0 {
             self.kept_thorough = self.len;
         }
-        self.thorough = self.len > 2 * self.kept_thorough + 1024;
         self.live_at_sweep = self.len;
     }
 
@@ -663,10 +660,7 @@ where
     /// to [`STEP`] expired entries out, if any can be due. `guard` pins this cache.
     pub(super) fn scheduled(&self, node: &Node<K, V>, guard: &Guard) {
         let Some(x) = &self.expiry else { return };
-        let deadline = node.deadline();
-        if deadline != NEVER {
-            x.schedule(Record::of(node, deadline), |r, g| self.keeps(r, g, guard));
-        }
+        x.schedule(Record::of(node), |r, g| self.keeps(r, g, guard));
         self.expire_step(x, STEP);
     }
 
@@ -737,10 +731,7 @@ where
                 out += 1;
             } else if node.is_cached() {
                 // Its deadline moved later (a time-to-idle read): scheduled again (X2).
-                let deadline = node.deadline();
-                if deadline != NEVER {
-                    x.schedule(Record::of(node, deadline), keep);
-                }
+                x.schedule(Record::of(node), keep);
             }
         });
         out
