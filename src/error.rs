@@ -44,6 +44,11 @@ pub enum ConfigError {
         /// The one given after it.
         second: &'static str,
     },
+    /// The eviction policy's tuning values are out of range or out of order
+    /// ([`CacheBuilder::tuning`](crate::CacheBuilder::tuning)).
+    #[cfg(feature = "tuning")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tuning")))]
+    Tuning(crate::TuningError),
 }
 
 impl fmt::Display for ConfigError {
@@ -63,6 +68,8 @@ impl fmt::Display for ConfigError {
                 "two expiry rules, `{first}` and `{second}`: a cache takes one (an `Expiry` \
                  policy can combine a time to live with a time to idle)"
             ),
+            #[cfg(feature = "tuning")]
+            ConfigError::Tuning(e) => write!(f, "invalid {e}"),
         }
     }
 }

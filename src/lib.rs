@@ -207,6 +207,9 @@ pub use constant::{
 /// ```
 pub use equivalent::Equivalent;
 pub use error::{BuildError, CapacityError, ConfigError, InsertError, RecursionError};
+#[cfg(feature = "tuning")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tuning")))]
+pub use policy::{Tuning, TuningError};
 pub use pool::PoolError;
 #[cfg(feature = "vulkan")]
 #[cfg_attr(docsrs, doc(cfg(feature = "vulkan")))]

@@ -218,6 +218,7 @@ fn every_public_method_of_the_facade_shows_an_example() {
         "src/raw/expire/mod.rs",
         "src/raw/expire/clock.rs",
         "src/error.rs",
+        "src/policy/tuning.rs",
         "src/constant/mod.rs",
         "src/constant/builder.rs",
         "src/constant/global.rs",

@@ -90,6 +90,9 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     /// The expiry rules asked for, by the builder method's name (one may be kept).
     pub(super) expiry: Vec<(&'static str, Rule<K, V>)>,
     pub(super) clock: Clock,
+    /// The eviction policy's tuning values, when not the defaults.
+    #[cfg(feature = "tuning")]
+    pub(super) tuning: Option<&'static crate::Tuning>,
     pub(super) _types: PhantomData<fn(K, V)>,
 }
 
@@ -268,6 +271,8 @@ impl<K, V, S> CacheBuilder<K, V, S> {
             entry_weight: self.entry_weight,
             expiry: self.expiry,
             clock: self.clock,
+            #[cfg(feature = "tuning")]
+            tuning: self.tuning,
             _types: PhantomData,
         }
     }
@@ -384,6 +389,37 @@ impl<K, V, S> CacheBuilder<K, V, S> {
         self.clock = clock;
         self
     }
+
+    /// Tunes the eviction policy by `tuning` instead of [`Tuning::DEFAULT`](crate::Tuning):
+    /// for experiments with the policy (the trace tool's `--tune`), not for production use.
+    /// [`build`](Self::build) checks the values.
+    ///
+    /// ```
+    /// use runcache::{Cache, ConfigError, Tuning};
+    ///
+    /// static SHORT: Tuning = {
+    ///     let mut t = Tuning::DEFAULT;
+    ///     t.min_sample = 4_096;
+    ///     t
+    /// };
+    /// let cache = Cache::<u32, u32>::builder().capacity(100).tuning(&SHORT).build()?;
+    /// cache.put(1, 1).unwrap();
+    ///
+    /// static BAD: Tuning = {
+    ///     let mut t = Tuning::DEFAULT;
+    ///     t.promote_hits = 0;
+    ///     t
+    /// };
+    /// let err = Cache::<u32, u32>::builder().tuning(&BAD).build().unwrap_err();
+    /// assert!(err.to_string().contains("promote_hits"), "{err}");
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    #[cfg(feature = "tuning")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tuning")))]
+    pub fn tuning(mut self, tuning: &'static crate::Tuning) -> Self {
+        self.tuning = Some(tuning);
+        self
+    }
 }
 
 impl<K, V, S> CacheBuilder<K, V, S>
@@ -397,7 +433,8 @@ where
     /// # Errors
     /// [`ConfigError::Shards`] when the shard count is not a power of two in
     /// `1..=`[`MAX_SHARDS`]; [`ConfigError::EntryWeight`] when the expected entry weight is
-    /// 0; [`ConfigError::Expiry`] when more than one expiry rule was given.
+    /// 0; [`ConfigError::Expiry`] when more than one expiry rule was given; with the
+    /// `tuning` feature, `ConfigError::Tuning` when the tuning values are not consistent.
     ///
     /// ```
     /// let cache = runcache::Cache::<u32, u32>::builder().capacity(10).build();
@@ -419,6 +456,10 @@ where
         if let (Some((first, _)), Some((second, _))) = (&rule, expiry.next()) {
             return Err(ConfigError::Expiry { first, second });
         }
+        #[cfg(feature = "tuning")]
+        if let Some(tuning) = self.tuning {
+            tuning.check().map_err(ConfigError::Tuning)?;
+        }
         let raw = RawCache::new(
             shards,
             self.capacity,
@@ -428,6 +469,11 @@ where
             self.when_full == WhenFull::Evict,
             self.entry_weight,
         );
+        #[cfg(feature = "tuning")]
+        let raw = match self.tuning {
+            Some(tuning) => raw.with_tuning(tuning),
+            None => raw,
+        };
         Ok(Cache {
             raw: match rule {
                 Some((_, rule)) => raw.with_expiry(self.clock, rule),
@@ -451,6 +497,8 @@ impl<K, V> Default for CacheBuilder<K, V> {
             entry_weight: None,
             expiry: Vec::new(),
             clock: Clock::coarse(),
+            #[cfg(feature = "tuning")]
+            tuning: None,
             _types: PhantomData,
         }
     }

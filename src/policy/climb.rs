@@ -2,30 +2,30 @@
 //! earn for their room, as Caffeine's window climber does for caches over 4,096 entries
 //! (`ben-manes/caffeine`, `.claude/docs/hill-climber.md`: its *density* tier).
 //!
-//! The cache's accesses are sampled in periods of [`Climber::sample`] accesses (four per
-//! expected entry, at least [`MIN_SAMPLE`]). In each period the small queue's *density* is
-//! the hits its entries had while in it, per unit of its share of the capacity, and the main
-//! queue's is the period's other hits per unit of the rest. At the end of the period the
-//! share moves by [`GAIN`] times the log of their ratio (at most [`MAX_MOVE`] of the
-//! capacity): up while the small queue earns more per entry than the main queue, down while
-//! it earns less. Both densities come from the same period, so a change of the workload's
-//! phase (a scan, a burst of misses, a quiet spell) moves both and cancels in the ratio. The
-//! share rests where the small queue's part of the hits equals its part of the capacity. The
-//! share stays within [`MIN_SHARE`, `MAX_SHARE`]. Caffeine keeps its hit-rate climber below
-//! 4,096 entries; here the density steers every size (`docs/DESIGN.md` compares them).
+//! The cache's accesses are sampled in periods of [`Climber::sample`] accesses (four per expected
+//! entry, at least [`Tuning::min_sample`]). In each period the small queue's *density* is the hits
+//! its entries had while in it, per unit of its share of the capacity, and the main queue's is the
+//! period's other hits per unit of the rest. At the end of the period the share moves by
+//! [`Tuning::gain`] times the log of their ratio (at most [`Tuning::max_move`] of the capacity): up
+//! while the small queue earns more per entry than the main queue, down while it earns less. Both
+//! densities come from the same period, so a change of the workload's phase (a scan, a burst of
+//! misses, a quiet spell) moves both and cancels in the ratio. The share rests where the small
+//! queue's part of the hits equals its part of the capacity. The share stays within
+//! [`Tuning::min_share`, `Tuning::max_share`]. Caffeine keeps its hit-rate climber below 4,096
+//! entries; here the density steers every size (`docs/EXPERIMENTS.md` compares them).
 //!
 //! Between the closes, the share also follows the ghost's *near returns* (**P9**,
 //! `near.rs`): batches of misses on hashes that a little more room in their queue would
 //! have kept move it towards that queue, so it adapts within traces too short to close a
 //! period.
 //!
-//! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit
-//! rate fell by [`MOVED_FALL`] or more from the last opens a watch of [`MOVED_WATCH`]
-//! periods, and a period of the watch in which at least half the main queue's entries were
-//! found idle (no hit since the policy's last visit, [`Climber::count_pass`]) turns *aging*
-//! on for the next period: the main queue's idle entries then lose half their sketch counts
-//! at each visit. A scan makes the rate fall too, but the main queue's entries keep their
-//! hits through it, so it never ages them.
+//! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit rate
+//! fell by [`Tuning::moved_fall`] or more from the last opens a watch of [`Tuning::moved_watch`]
+//! periods, and a period of the watch in which at least half the main queue's entries were found
+//! idle (no hit since the policy's last visit, [`Climber::count_pass`]) turns *aging* on for the
+//! next period: the main queue's idle entries then lose half their sketch counts at each visit. A
+//! scan makes the rate fall too, but the main queue's entries keep their hits through it, so it
+//! never ages them.
 //!
 //! Nothing here is written on the hit path: the hit rate comes from the cache's own per-thread
 //! statistics, which the evictor sums now and then (`raw/evict.rs`), and a small-queue
@@ -34,46 +34,11 @@
 //! carry on with the share as it is, so no evictor waits for another (**P3**).
 
 use super::near::{Left, NearReturns};
+use super::tuning::{Tuning, ONE};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// A near return's move of the share, in entries' worth of the capacity (at least one unit
-/// of the share): larger steps wander, smaller ones lag (`docs/EXPERIMENTS.md`).
-const NUDGE: f64 = 0.5;
-
-/// The share's unit: a share of `ONE` is the whole capacity.
-const ONE: u32 = 1 << 16;
-/// The share the climber starts from: 10% of the capacity, S3-FIFO's own split and the
-/// training suite's best single share (`docs/EXPERIMENTS.md`); traces shorter than a period
-/// keep it.
-const INITIAL_SHARE: u32 = ONE / 10;
-/// The least share of the small queue: 1% of the capacity (and at least one entry).
-pub(super) const MIN_SHARE: u32 = ONE / 100;
-/// The greatest share of the small queue: 80% of the capacity, reached only where the small
-/// queue keeps earning more per entry than the main queue (a recency trace that LRU leads).
-pub(super) const MAX_SHARE: u32 = ONE / 5 * 4;
-/// The share's move per period, as a fraction of the capacity per unit of the densities'
-/// log ratio (Caffeine's 0.03).
-const GAIN: f64 = 0.03;
-/// The most the share moves in one period: 30% of the capacity (Caffeine's).
-const MAX_MOVE: f64 = 0.30;
-/// The hits each density counts beyond its own, so that a queue that earned nothing in a
-/// period has a density, and one hit more or less in a sparse period moves little.
-const PRIOR_HITS: f64 = 1.0;
-/// A fall of the hit rate between two periods that opens the watch for a moved hot set.
-const MOVED_FALL: f64 = 0.05;
-/// The least window, in entries (a quarter of a smaller cache): with several threads, the
-/// entries on their way into a one-entry small queue made it look over its share.
-const FLOOR_ENTRIES: u64 = 4;
 /// `Climber::start` before the first period begins.
 const NOT_BEGUN: u64 = u64::MAX;
-/// The fewest accesses in a period, so that small caches sample a rate, not noise.
-pub(super) const MIN_SAMPLE: u64 = 65536;
-/// The periods after a fall of the hit rate (by [`MOVED_FALL`] or more) in which an idle main
-/// queue turns aging on (**P5**). The period of the fall itself rarely shows the main queue
-/// idle (the hot set moves somewhere inside it).
-const MOVED_WATCH: u32 = 4;
-/// The fewest visits of main-queue entries in a period for its idle share to count.
-const MIN_VISITS: u64 = 64;
 /// `Climber::visits`: the low 32 bits count visits of main-queue entries, the high 32 those
 /// that found the entry idle.
 const VISITS: u64 = (1 << 32) - 1;
@@ -103,13 +68,15 @@ pub(super) struct Climber {
     aging: AtomicBool,
     /// The queues' clocks and the batch of near returns under way (**P9**).
     near_returns: NearReturns,
+    tuning: &'static Tuning,
 }
 
 impl Climber {
-    /// A climber for a cache expected to hold `entries` entries, starting at [`INITIAL_SHARE`].
-    pub(super) fn new(entries: u64) -> Self {
+    /// A climber for a cache expected to hold `entries` entries, starting at
+    /// [`Tuning::initial_share`].
+    pub(super) fn new(entries: u64, tuning: &'static Tuning) -> Self {
         Self {
-            share: AtomicU32::new(INITIAL_SHARE),
+            share: AtomicU32::new(tuning.initial_share),
             rate: AtomicU64::new(f64::NAN.to_bits()),
             start: AtomicU64::new(NOT_BEGUN),
             start_hits: AtomicU64::new(0),
@@ -118,7 +85,8 @@ impl Climber {
             window_hits: AtomicU64::new(0),
             watch: AtomicU32::new(0),
             aging: AtomicBool::new(false),
-            near_returns: NearReturns::new(),
+            near_returns: NearReturns::new(tuning),
+            tuning,
         }
     }
 
@@ -149,22 +117,23 @@ impl Climber {
         self.near_returns.batch()
     }
 
-    /// Moves the share by `times` [`NUDGE`]s (each an entry's worth times `NUDGE`, at least
-    /// one unit of the share), up for a positive `times`: a batch of near returns' move.
+    /// Moves the share by `times` nudges (each an entry's worth times [`Tuning::nudge`], at
+    /// least one unit of the share), up for a positive `times`: a batch of near returns' move.
     fn nudge(&self, times: i64) {
-        let step = (NUDGE * f64::from(ONE) / self.entries().max(1) as f64).max(1.0) as i64;
+        let step =
+            (self.tuning.nudge * f64::from(ONE) / self.entries().max(1) as f64).max(1.0) as i64;
         self.shift(step.saturating_mul(times));
     }
 
-    /// Moves the share by `by` units, within [`MIN_SHARE`, `MAX_SHARE`].
+    /// Moves the share by `by` units, within [`Tuning::min_share`, `Tuning::max_share`].
     fn shift(&self, by: i64) {
+        let (least, most) = (self.tuning.min_share, self.tuning.max_share);
         // Relaxed: the share is a hint (P3); one read-modify-write, so a nudge racing a
         // period's close (or another nudge) adds to it instead of being overwritten.
         let _ = self
             .share
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |share| {
-                let next =
-                    (i64::from(share) + by).clamp(i64::from(MIN_SHARE), i64::from(MAX_SHARE));
+                let next = (i64::from(share) + by).clamp(i64::from(least), i64::from(most));
                 // In bounds, so the cast keeps the value.
                 Some(next as u32)
             });
@@ -214,16 +183,16 @@ impl Climber {
         self.window_hits.load(Ordering::Relaxed)
     }
 
-    /// Closes the watch's part of a period whose hit rate changed by `change` and whose
-    /// visits `counts` counted (packed as in the `visits` field): opens the watch on a fall
-    /// of [`MOVED_FALL`] or more, and turns aging on for the next period if the watch is open
+    /// Closes the watch's part of a period whose hit rate changed by `change` and whose visits
+    /// `counts` counted (packed as in the `visits` field): opens the watch on a fall of
+    /// [`Tuning::moved_fall`] or more, and turns aging on for the next period if the watch is open
     /// and at least half of the period's visits found the entry idle.
     fn close_watch(&self, change: f64, counts: u64) {
         let (visits, idle) = (counts & VISITS, counts >> 32);
-        let idle_main = visits >= MIN_VISITS && idle <= visits && 2 * idle >= visits;
+        let idle_main = visits >= self.tuning.min_visits && idle <= visits && 2 * idle >= visits;
         // Relaxed: see `aging`; only the thread that closes the period writes these.
-        let watch = if change <= -MOVED_FALL {
-            MOVED_WATCH
+        let watch = if change <= -self.tuning.moved_fall {
+            self.tuning.moved_watch
         } else {
             self.watch.load(Ordering::Relaxed).saturating_sub(1)
         };
@@ -243,13 +212,14 @@ impl Climber {
         self.entries.store(entries, Ordering::Relaxed);
     }
 
-    /// The small queue's part of `capacity` now: the share's, but at least [`FLOOR_ENTRIES`]
-    /// entries' worth or a quarter of the capacity, whichever is less, and at least 1.
+    /// The small queue's part of `capacity` now: the share's, but at least
+    /// [`Tuning::floor_entries`] entries' worth or a quarter of the capacity, whichever is less,
+    /// and at least 1.
     pub(super) fn window(&self, capacity: u64) -> u64 {
         // Relaxed: a sizing hint; a stale share only sizes one decision by the last period.
         let share = u128::from(self.share.load(Ordering::Relaxed));
         let window = (u128::from(capacity) * share) >> 16;
-        let floor = (u128::from(FLOOR_ENTRIES) * u128::from(capacity)
+        let floor = (u128::from(self.tuning.floor_entries) * u128::from(capacity)
             / u128::from(self.entries().max(1)))
         .min(u128::from(capacity / 4)) as u64;
         (window as u64).max(floor).clamp(1.min(capacity), capacity)
@@ -261,24 +231,30 @@ impl Climber {
         self.share.load(Ordering::Relaxed)
     }
 
-    /// Accesses per period: four per expected entry, at least [`MIN_SAMPLE`].
+    /// Accesses per period: four per expected entry, at least [`Tuning::min_sample`].
     pub(super) fn sample(&self) -> u64 {
-        self.entries().saturating_mul(4).max(MIN_SAMPLE)
+        self.entries().saturating_mul(4).max(self.tuning.min_sample)
     }
 
     /// The share's move, in 1/65,536 of the capacity, for a period in which a small queue
-    /// of `share` earned `window_hits` of the `hits`: [`GAIN`] times the log of the ratio
-    /// of the two queues' densities, within [`MAX_MOVE`] either way.
-    fn steer(share: u32, hits: u64, window_hits: u64) -> i64 {
+    /// of `share` earned `window_hits` of the `hits`: [`Tuning::gain`] times the log of the
+    /// ratio of the two queues' densities, within [`Tuning::max_move`] either way.
+    fn steer(&self, share: u32, hits: u64, window_hits: u64) -> i64 {
+        let Tuning {
+            gain,
+            max_move,
+            prior_hits,
+            ..
+        } = *self.tuning;
         let w = f64::from(share.clamp(1, ONE - 1)) / f64::from(ONE);
         // Counted as they leave the small queue, a period's window hits can include hits of
         // the period before; the main queue's are what is left, never below 0.
         let main_hits = hits.saturating_sub(window_hits) as f64;
-        let small = (window_hits as f64 + PRIOR_HITS) / w;
-        let main = (main_hits + PRIOR_HITS) / (1.0 - w);
+        let small = (window_hits as f64 + prior_hits) / w;
+        let main = (main_hits + prior_hits) / (1.0 - w);
         // Both densities are positive and finite, so the log is finite.
         let error = (small / main).ln();
-        ((GAIN * error).clamp(-MAX_MOVE, MAX_MOVE) * f64::from(ONE)) as i64
+        ((gain * error).clamp(-max_move, max_move) * f64::from(ONE)) as i64
     }
 
     /// Closes the period if `accesses` (the cache's lookups so far, `hits` of them hits) ends
@@ -317,15 +293,16 @@ impl Climber {
             self.close_watch(rate - last, visits);
         }
         let share = self.share.load(Ordering::Relaxed);
-        self.shift(Self::steer(share, period_hits, window_hits));
+        self.shift(self.steer(share, period_hits, window_hits));
         true
     }
 }
 
 #[cfg(all(test, not(runcache_loom)))]
 mod tests {
-    use super::super::near::NEAR_BATCH;
     use super::*;
+
+    const T: &Tuning = &Tuning::DEFAULT;
     use proptest::prelude::*;
 
     /// A climber and the cache's counts so far.
@@ -338,7 +315,7 @@ mod tests {
     impl Feed {
         /// A climber for 100 entries whose first period has begun.
         fn new() -> Self {
-            let c = Climber::new(100);
+            let c = Climber::new(100, T);
             assert!(!c.observe(0, 1_000), "the first call only begins a period");
             Self {
                 c,
@@ -381,11 +358,11 @@ mod tests {
         let mut f = Feed::new();
         assert_eq!(
             f.c.sample(),
-            MIN_SAMPLE,
-            "small caches sample at least MIN_SAMPLE"
+            T.min_sample,
+            "small caches sample at least T.min_sample"
         );
         assert!(
-            !f.c.observe(10, f.accesses + MIN_SAMPLE - 1),
+            !f.c.observe(10, f.accesses + T.min_sample - 1),
             "a period not yet full"
         );
         f.c.count_pass(0, 0, 7);
@@ -401,7 +378,7 @@ mod tests {
         // At a 10% share, a small queue earning 30% of the hits is three times as dense as
         // the main queue: the share grows, and goes on growing while that holds.
         let up = f.split(&[(0.4, 0.3), (0.4, 0.3)]);
-        assert!(up[0] > INITIAL_SHARE && up[1] > up[0], "{up:?}");
+        assert!(up[0] > T.initial_share && up[1] > up[0], "{up:?}");
         // Earning less than its share of the hits, it shrinks.
         let down = f.split(&[(0.4, 0.01)]);
         assert!(down[0] < up[1], "{down:?} after {up:?}");
@@ -413,20 +390,20 @@ mod tests {
 
     #[test]
     fn the_move_grows_with_the_imbalance_and_is_capped() {
-        let w = INITIAL_SHARE;
-        let mild = Climber::steer(w, 10_000, 2_000);
-        let strong = Climber::steer(w, 10_000, 8_000);
+        let w = T.initial_share;
+        let mild = Climber::new(100, T).steer(w, 10_000, 2_000);
+        let strong = Climber::new(100, T).steer(w, 10_000, 8_000);
         assert!(0 < mild && mild < strong, "{mild} {strong}");
-        // A log ratio of 2 (densities e² apart) moves the share by 2 × GAIN.
+        // A log ratio of 2 (densities e² apart) moves the share by 2 × T.gain.
         let main_hits = 9_000.0;
-        let window = (main_hits + PRIOR_HITS) / 9.0 * 2f64.exp() - PRIOR_HITS;
-        let two = Climber::steer(w, main_hits as u64 + window as u64, window as u64);
-        let expected = 2.0 * GAIN * f64::from(ONE);
+        let window = (main_hits + T.prior_hits) / 9.0 * 2f64.exp() - T.prior_hits;
+        let two = Climber::new(100, T).steer(w, main_hits as u64 + window as u64, window as u64);
+        let expected = 2.0 * T.gain * f64::from(ONE);
         assert!((two as f64 - expected).abs() < 0.01 * expected, "{two}");
-        // Hits only in the small queue, or only in the main one, move by at most MAX_MOVE.
-        let most = (MAX_MOVE * f64::from(ONE)) as i64;
-        assert!(Climber::steer(MIN_SHARE, u64::MAX, u64::MAX) <= most);
-        assert!(Climber::steer(MAX_SHARE, u64::MAX, 0) >= -most);
+        // Hits only in the small queue, or only in the main one, move by at most T.max_move.
+        let most = (T.max_move * f64::from(ONE)) as i64;
+        assert!(Climber::new(100, T).steer(T.min_share, u64::MAX, u64::MAX) <= most);
+        assert!(Climber::new(100, T).steer(T.max_share, u64::MAX, 0) >= -most);
     }
 
     #[test]
@@ -444,33 +421,33 @@ mod tests {
     fn the_share_stays_within_its_bounds() {
         let mut f = Feed::new();
         let all_small = f.split(&[(0.5, 1.0); 100]);
-        assert_eq!(*all_small.last().unwrap(), MAX_SHARE);
+        assert_eq!(*all_small.last().unwrap(), T.max_share);
         let all_main = f.split(&[(0.5, 0.0); 100]);
-        assert_eq!(*all_main.last().unwrap(), MIN_SHARE);
+        assert_eq!(*all_main.last().unwrap(), T.min_share);
         let none = f.split(&[(0.0, 0.0); 10]);
-        assert!(none.iter().all(|s| (MIN_SHARE..=MAX_SHARE).contains(s)));
+        assert!(none.iter().all(|s| (T.min_share..=T.max_share).contains(s)));
     }
 
     #[test]
     fn window_is_within_one_and_the_capacity() {
-        let c = Climber::new(1_000);
+        let c = Climber::new(1_000, T);
         assert_eq!(c.window(0), 0);
         assert_eq!(c.window(1), 1);
         assert_eq!(c.window(10), 1);
         assert_eq!(
             c.window(100_000),
-            (100_000 * u64::from(INITIAL_SHARE)) >> 16
+            (100_000 * u64::from(T.initial_share)) >> 16
         );
         assert!(c.window(u64::MAX) < u64::MAX / 9);
-        let small = Climber::new(100);
-        small.share.store(MIN_SHARE, Ordering::Relaxed);
+        let small = Climber::new(100, T);
+        small.share.store(T.min_share, Ordering::Relaxed);
         assert_eq!(
             small.window(100),
             4,
             "four entries' worth, above the 1% share"
         );
-        let tiny = Climber::new(8);
-        tiny.share.store(MIN_SHARE, Ordering::Relaxed);
+        let tiny = Climber::new(8, T);
+        tiny.share.store(T.min_share, Ordering::Relaxed);
         assert_eq!(tiny.window(8), 2, "a quarter of a smaller capacity");
         assert_eq!(small.window(1_000), 40, "a heavier entry's four");
     }
@@ -519,7 +496,7 @@ mod tests {
 
     #[test]
     fn too_few_visits_or_counts_out_of_step_age_nothing() {
-        let few = MIN_VISITS as u32 - 1;
+        let few = T.min_visits as u32 - 1;
         let periods = [
             (0.40, few, few),
             (0.41, 0, 0),
@@ -534,9 +511,9 @@ mod tests {
     fn near_returns_move_the_share_by_their_balance_a_batch_at_a_time() {
         // 160 entries: returns within 10 departures of their queue are near, and a nudge is
         // half an entry's worth of the share.
-        let c = Climber::new(160);
-        assert_eq!(NearReturns::near(160), 10);
-        let step = (NUDGE * f64::from(ONE) / 160.0) as u32;
+        let c = Climber::new(160, T);
+        assert_eq!(NearReturns::new(T).near(160), 10);
+        let step = (T.nudge * f64::from(ONE) / 160.0) as u32;
         let back = |main: bool, later: u64| {
             let left = c.depart(main);
             (0..later).for_each(|_| {
@@ -560,7 +537,7 @@ mod tests {
         assert_eq!(c.nears(), (3, 1), "the far return counts in no batch");
         assert_eq!(
             c.share(),
-            INITIAL_SHARE,
+            T.initial_share,
             "nothing moves before the batch is full"
         );
         // The batch fills with 22 small-queue returns of 32: 12 beyond the main queue's, at
@@ -570,7 +547,7 @@ mod tests {
         assert_eq!(c.nears(), (31, 21));
         assert!(back(false, 0));
         assert_eq!(c.nears(), (0, 0), "a full batch starts the next");
-        assert_eq!(c.share(), INITIAL_SHARE + 12 * step);
+        assert_eq!(c.share(), T.initial_share + 12 * step);
         // A batch within the gate (21 to 11, 10 beyond) moves nothing; one the other way
         // (10 to 22) moves the share down by twelve.
         (0..21).for_each(|_| {
@@ -579,39 +556,39 @@ mod tests {
         (0..11).for_each(|_| {
             let _ = back(true, 0);
         });
-        assert_eq!(c.share(), INITIAL_SHARE + 12 * step);
+        assert_eq!(c.share(), T.initial_share + 12 * step);
         (0..10).for_each(|_| {
             let _ = back(false, 0);
         });
         (0..22).for_each(|_| {
             let _ = back(true, 0);
         });
-        assert_eq!(c.share(), INITIAL_SHARE);
+        assert_eq!(c.share(), T.initial_share);
     }
 
     #[test]
     fn nudges_stay_within_the_bounds_and_add_to_a_close() {
-        let c = Climber::new(4);
+        let c = Climber::new(4, T);
         let batches = |main: bool, n: u64| {
-            for _ in 0..n * NEAR_BATCH {
+            for _ in 0..n * T.near_batch {
                 let left = c.depart(main);
                 c.returned(left);
             }
         };
         // A batch's move of 32 half-entries of four is four capacities: the bound holds.
-        assert_eq!(NEAR_BATCH, 32);
+        assert_eq!(T.near_batch, 32);
         batches(false, 3);
-        assert_eq!(c.share(), MAX_SHARE);
+        assert_eq!(c.share(), T.max_share);
         batches(true, 3);
-        assert_eq!(c.share(), MIN_SHARE);
+        assert_eq!(c.share(), T.min_share);
         // A close moves the share from where the nudges left it.
         let mut f = Feed::new();
-        for _ in 0..NEAR_BATCH {
+        for _ in 0..T.near_batch {
             let left = f.c.depart(false);
             f.c.returned(left);
         }
         let nudged = f.c.share();
-        assert!(nudged > INITIAL_SHARE);
+        assert!(nudged > T.initial_share);
         let held = f.periods(&[0.4])[0];
         assert!(held.abs_diff(nudged) <= 2, "{nudged} -> {held}");
     }
@@ -619,7 +596,7 @@ mod tests {
     proptest! {
         /// Whatever the counts (lagging, out of step, wrapping, huge; visits, window hits
         /// and the ghost's returns too), the share stays within its bounds, every move is
-        /// finite and within MAX_MOVE, the watch never passes its length, and nothing
+        /// finite and within T.max_move, the watch never passes its length, and nothing
         /// overflows or divides by zero.
         #[test]
         fn any_counts_keep_the_state_in_bounds(
@@ -629,25 +606,25 @@ mod tests {
                 1..200,
             ),
         ) {
-            let c = Climber::new(entries);
+            let c = Climber::new(entries, T);
             let mut accesses = 0u64;
-            let most = (MAX_MOVE * f64::from(ONE)) as i64;
+            let most = (T.max_move * f64::from(ONE)) as i64;
             for (hits, jump, window) in steps {
                 c.count_pass(jump as u32, (jump >> 32) as u32, window >> (jump % 64));
                 accesses = accesses.wrapping_add(jump % c.sample().saturating_mul(4));
                 let before = c.share();
                 c.observe(hits, accesses);
-                prop_assert!((MIN_SHARE..=MAX_SHARE).contains(&c.share()));
+                prop_assert!((T.min_share..=T.max_share).contains(&c.share()));
                 prop_assert!(i64::from(c.share()).abs_diff(i64::from(before)) <= most as u64);
                 // Returns of any date, from either queue, near or not.
                 c.returned(Left { main: jump & 1 == 1, stamp: hits as u32 });
                 let _ = c.depart(window & 1 == 1);
-                prop_assert!((MIN_SHARE..=MAX_SHARE).contains(&c.share()));
-                let share = (window as u32).clamp(MIN_SHARE, MAX_SHARE);
-                let moved = Climber::steer(share, hits, window);
+                prop_assert!((T.min_share..=T.max_share).contains(&c.share()));
+                let share = (window as u32).clamp(T.min_share, T.max_share);
+                let moved = Climber::new(100, T).steer(share, hits, window);
                 prop_assert!(moved.abs() <= most);
                 prop_assert!(c.window(jump) <= jump);
-                prop_assert!(c.watch.load(Ordering::Relaxed) <= MOVED_WATCH);
+                prop_assert!(c.watch.load(Ordering::Relaxed) <= T.moved_watch);
             }
         }
     }

@@ -8,20 +8,8 @@
 
 #![forbid(unsafe_code)]
 
-use super::{sketch, uncount, PassLimit, Queued, S3Fifo};
+use super::{sketch, uncount, PassLimit, Queued, S3Fifo, DOOR_VICTIMS};
 use crate::sync::Ordering;
-
-/// The most main-queue victims a newcomer faces at the door: one that would displace more
-/// is judged as if it lost. (A leaver's duel faces at most [`DUEL_VICTIMS`](super::DUEL_VICTIMS).)
-const DOOR_VICTIMS: usize = 64;
-
-/// Whether a newcomer of `weight` may be heavier than the small queue's room under
-/// `capacity`, and so worth asking the door about: that room is at least 1% of the capacity
-/// and at least 1, so most newcomers of most caches are known light without reading it.
-#[inline]
-pub(crate) fn may_be_heavy(weight: u64, capacity: u64) -> bool {
-    weight > (capacity / 128).max(1)
-}
 
 /// The part of a victim's estimate `est` that counts against a candidate taking `taken` of
 /// its `weight` (all of it when the candidate takes the whole; rounded down).
@@ -96,9 +84,19 @@ impl<T: Queued, const N: usize> Victims<T, N> {
 }
 
 impl<T: Queued> S3Fifo<T> {
-    /// Takes main-queue victims, in the queue's order, until they weigh `need` or more, or
-    /// `most` are taken, or (for a candidate `estimate`d below the sketch's ceiling) they
-    /// outcount it: then the duel is lost whatever comes next.
+    /// Whether a newcomer of `weight` may be heavier than the small queue's room under
+    /// `capacity`, and so worth asking the door about: that room is at least the least share
+    /// of the capacity and at least 1, so most newcomers of most caches are known light
+    /// without reading the share.
+    #[inline]
+    pub(crate) fn may_be_heavy(&self, weight: u64, capacity: u64) -> bool {
+        let least = (u128::from(capacity) * u128::from(self.tuning.min_share)) >> 16;
+        u128::from(weight) > least.max(1)
+    }
+
+    /// Takes main-queue victims, in the queue's order, until they weigh `need` or more, or `most`
+    /// are taken (at most `N`), or (for a candidate `estimate`d below the sketch's
+    /// ceiling) they outcount it: then the duel is lost whatever comes next.
     ///
     /// A victim counts against the candidate in proportion to the part of its weight the
     /// candidate needs (rounded down): all of it for each victim but the last, and for a
@@ -111,8 +109,10 @@ impl<T: Queued> S3Fifo<T> {
         &self,
         need: u64,
         estimate: u64,
+        most: u8,
         limit: &PassLimit<'_, T>,
     ) -> Victims<T, N> {
+        let most = usize::from(most).min(N);
         let mut v = Victims {
             taken: std::array::from_fn(|_| None),
             n: 0,
@@ -120,7 +120,7 @@ impl<T: Queued> S3Fifo<T> {
             against: 0,
             at_ceiling: 0,
         };
-        while v.freed < need && v.n < N && (estimate >= sketch::MAX || v.against < estimate) {
+        while v.freed < need && v.n < most && (estimate >= sketch::MAX || v.against < estimate) {
             let Some(e) = self.main_victim(limit) else {
                 break;
             };
@@ -144,8 +144,9 @@ impl<T: Queued> S3Fifo<T> {
         let limit = PassLimit::new(self);
         // The miss that brought it counts, as it would at its admission.
         let estimate = limit.estimate(hash) + 1;
-        let victims = self.gather::<DOOR_VICTIMS>(need, estimate, &limit);
-        let judged = victims.freed >= need || victims.len() == DOOR_VICTIMS;
+        let most = self.tuning.door_victims;
+        let victims = self.gather::<DOOR_VICTIMS>(need, estimate, most, &limit);
+        let judged = victims.freed >= need || victims.len() >= usize::from(most);
         if !judged && victims.outcounted_by(estimate, 0) {
             // The main queue holds too little to judge by: the small queue makes the room.
             victims.restore(self);

@@ -5,17 +5,8 @@
 #![forbid(unsafe_code)]
 
 use super::near::Left;
-use super::{push, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS, PROMOTE_HITS};
+use super::{push, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS};
 use crate::sync::Ordering;
-
-/// The least sketch estimate at which a small-queue leaver never hit there (and not
-/// remembered by the ghost) may duel for the main queue. Its own miss counts one, so it was
-/// seen at least three times before, within the sketch's memory.
-pub(super) const KNOWN_ESTIMATE: u64 = 4;
-/// What such a leaver must be estimated at beyond its victims' estimates to win the duel:
-/// its estimate is its misses alone, the victims' include hits, so it wins only when it
-/// is clearly the more frequent (`docs/DESIGN.md`, "Eviction", has the thresholds tried).
-pub(super) const KNOWN_MARGIN: u64 = 2;
 
 impl<T: Queued> S3Fifo<T> {
     /// Decides where an entry leaving the small queue goes; returns the entry to evict (the
@@ -25,12 +16,13 @@ impl<T: Queued> S3Fifo<T> {
     /// - The S3-FIFO rule: an entry that was not hit (and that the ghost did not remember) is
     ///   evicted unless the main queue has room and the sketch has seen it before this miss;
     ///   with the main queue full it duels only if the sketch knows it well
-    ///   ([`KNOWN_ESTIMATE`]), and must win by [`KNOWN_MARGIN`]: a key that comes back at a
+    ///   ([`Tuning::known_estimate`](super::Tuning::known_estimate)), and must win by
+    ///   [`Tuning::known_margin`](super::Tuning::known_margin): a key that comes back at a
     ///   distance longer than the small queue is not lost at each pass, and one-hit wonders
     ///   at the sketch's bare estimates do not displace proven entries.
     /// - Any other leaver fills the main queue's room under `main_capacity`, unless room made
     ///   by evictions without a duel is owed (**P7**): then it must beat the victim for it.
-    /// - One hit `PROMOTE_HITS` times in the small queue, or remembered by the ghost and hit
+    /// - One hit `promote_hits` times in the small queue, or remembered by the ghost and hit
     ///   there, moves to the main queue whatever it holds: it proved itself within a window.
     /// - Otherwise the duel: the leaver takes its victims' places only if the sketch counts it
     ///   more often than them all (`door.rs`); a tie keeps the incumbents at the main queue's
@@ -58,19 +50,19 @@ impl<T: Queued> S3Fifo<T> {
             let stays = if room {
                 limit.estimate(c.hash()) >= 2
             } else {
-                limit.knows(c.hash(), KNOWN_ESTIMATE)
+                limit.knows(c.hash(), self.tuning.known_estimate)
             };
             if !stays {
                 return Some(self.evict_small(c, limit, left));
             }
             if !room {
-                margin = KNOWN_MARGIN;
+                margin = self.tuning.known_margin;
             }
         }
         // A remembered entry started at frequency 1 and gains one per hit, so its frequency
-        // stays above its hits (up to `MAX_FREQ`, beyond which `PROMOTE_HITS` decides).
+        // stays above its hits (up to `MAX_FREQ`, beyond which `promote_hits` decides).
         let returned_and_hit = hits >= 1 && c.meta().freq() > hits;
-        let promoted = hits >= PROMOTE_HITS || returned_and_hit;
+        let promoted = hits >= self.tuning.promote_hits || returned_and_hit;
         // Relaxed: a hint (P7).
         if room && !promoted && self.owed.load(Ordering::Relaxed) > 0 {
             return self.win_room(c, limit, left);
@@ -80,9 +72,10 @@ impl<T: Queued> S3Fifo<T> {
             return None;
         }
         // The duel, sized: a leaver heavier than the main queue's victim faces as many
-        // victims as it would displace (up to `DUEL_VICTIMS`) and must outcount them all
+        // victims as it would displace (up to `duel_victims`) and must outcount them all
         // (`door.rs`); entries of one weight meet one victim each, as TinyLFU's duel does.
-        let victims = self.gather::<DUEL_VICTIMS>(c.weight(), u64::MAX, limit);
+        let victims =
+            self.gather::<DUEL_VICTIMS>(c.weight(), u64::MAX, self.tuning.duel_victims, limit);
         if victims.len() == 0 {
             return Some(self.evict_small(c, limit, left));
         }

@@ -4,15 +4,9 @@
 use super::meta::Queued;
 use super::near::{Left, STAMP_BITS};
 use super::sketch::Sketch;
-use super::S3Fifo;
+use super::{S3Fifo, Tuning};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::cell::Cell;
-
-/// Ghost slots per expected entry. The ghost remembers about that many capacities' worth of
-/// recent evictions: a remembered newcomer starts at frequency 1 and may duel for the main
-/// queue. More slots than one per entry gain on P3 and OLTP; far more lose on P3's smallest
-/// caches (`docs/DESIGN.md`).
-const GHOST_PER_ENTRY: usize = 3;
 
 /// What the ghost keeps of an evicted hash to know it again: 16 of the 32 bits that its
 /// slot index (from the low 32 bits) does not use, never 0 (an empty slot). A wrong match
@@ -181,10 +175,6 @@ impl<T> Drop for PassLimit<'_, T> {
     }
 }
 
-/// The most entries the sketch and the ghost are sized for (**P4**): 2^24, at 30 to 46 bytes
-/// an entry with the narrow wins' links (480 to 736 MiB).
-pub(super) const MAX_ENTRIES: u64 = 1 << 24;
-
 /// What the policy remembers beyond the entries it holds: the frequency sketch and the
 /// ghost of evicted hashes, sized once, before the cache's first eviction (**P4**).
 pub(super) struct Memory {
@@ -202,14 +192,15 @@ pub(super) struct Memory {
 impl Memory {
     /// A sketch, a ghost and the narrow wins' links for a cache of `entries` entries (64
     /// ghost slots and 16 links under loom).
-    pub(super) fn new(entries: usize) -> Self {
+    pub(super) fn new(entries: usize, tuning: &'static Tuning) -> Self {
         let (ghost, links) = if cfg!(runcache_loom) {
             (64, 16)
         } else {
-            (GHOST_PER_ENTRY * entries.max(64), (entries / 4).max(64))
+            let per_entry = tuning.ghost_per_entry as usize;
+            (per_entry * entries.max(64), (entries / 4).max(64))
         };
         Self {
-            sketch: Sketch::new(entries),
+            sketch: Sketch::new(entries, tuning),
             ghost: (0..ghost).map(|_| AtomicU32::new(0)).collect(),
             links: (0..links).map(|_| AtomicU64::new(0)).collect(),
         }

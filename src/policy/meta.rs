@@ -31,9 +31,9 @@ pub(crate) struct EntryMeta {
     /// with a plain store, which could lose a bit set beside it.
     queued: AtomicBool,
     /// For an entry admitted while the cache was under half full: how full it was then, in
-    /// [`STAGES`](super::STAGES) stages of the half (**P6**). The engine's sweep enlists such
-    /// entries in table order, which the hasher's seed decides; the stage puts them back in
-    /// the order they came. Written once, before the entry is published to the queues.
+    /// [`Tuning::stages`](super::Tuning::stages) stages of the half (**P6**). The engine's sweep
+    /// enlists such entries in table order, which the hasher's seed decides; the stage puts them
+    /// back in the order they came. Written once, before the entry is published to the queues.
     stage: AtomicU8,
 }
 

@@ -25,11 +25,11 @@
 //! - `upkeep.rs`: the compaction of removed entries and the bookkeeping check.
 //!
 //! The queues are `crossbeam_queue::SegQueue`s (a loom-visible model under loom, see
-//! `crate::sync::Queue`) of counts of the table's nodes, so a popped node is always valid;
-//! an entry is queued only once its value is published, so one being built is never
-//! evicted, and one of weight 0 never (I8). Removal from the table does not touch the
-//! queues: dead entries are skipped when popped and compacted away when they outnumber the
-//! live ones. `docs/DESIGN.md` describes each rule with the measurements behind it.
+//! `crate::sync::Queue`) of counts of the table's nodes, so a popped node is always valid; an entry
+//! is queued only once its value is published, so one being built is never evicted, and one of
+//! weight 0 never (I8). Removal from the table does not touch the queues: dead entries are skipped
+//! when popped and compacted away when they outnumber the live ones. `docs/DESIGN.md` describes
+//! each rule, `docs/EXPERIMENTS.md` the measurements behind it.
 //!
 //! # Invariants of the queues
 //!
@@ -72,7 +72,7 @@
 //! - **P6 (cold order).** Entries admitted while the cache was under half full reach the
 //!   queues through the engine's sweep, which walks its tables in hash order, an order the
 //!   hasher's seed decides. Each such admission records its *stage*, how full the cache was
-//!   ([`STAGES`] stages of the half), and the sweep's entries wait in one staging queue per
+//!   ([`Tuning::stages`] stages of the half), and the sweep's entries wait in one staging queue per
 //!   stage; the small queue's evictions take them, lowest stage first, before its own
 //!   entries (all admitted later). So the cold entries leave in the order they came, to a
 //!   stage's width, whatever order the seed gave the sweep.
@@ -118,34 +118,37 @@ mod meta;
 mod narrow;
 mod near;
 mod sketch;
+mod tuning;
 mod upkeep;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Queue, SetOnce};
 use climb::Climber;
-pub(crate) use door::{may_be_heavy, Door};
-use memory::{Memory, PassLimit, Recall, MAX_ENTRIES};
+pub(crate) use door::Door;
+use memory::{Memory, PassLimit, Recall};
 pub(crate) use meta::{tick, EntryMeta, Queued};
 use meta::{ADMITS, EVICTS, UNRECORDED};
 use narrow::NarrowWins;
+pub use tuning::Tuning;
+#[cfg(feature = "tuning")]
+pub use tuning::TuningError;
 
 /// Queue entries one compaction step looks at (two under loom, so the models reach rounds
 /// of several steps).
 const COMPACT_STEP: usize = if cfg!(runcache_loom) { 2 } else { 32 };
-/// Hits in the small queue that move an entry to the main queue without a duel.
-const PROMOTE_HITS: u8 = 2;
-/// The stages of a cold cache's filling that order its entries when the sweep enlists them
-/// (**P6**): each is 1/32 of the capacity.
-pub(crate) const STAGES: usize = 16;
-
-/// The most main-queue victims a heavy leaver duels at once (see `leave_small`).
+/// The most main-queue victims a small-queue leaver's duel gathers, the bound of
+/// [`Tuning::duel_victims`]: they are kept inline, so a duel allocates nothing, and a
+/// larger array would cost every duel its initialization and moves.
 const DUEL_VICTIMS: usize = 8;
+/// The same for the door, the bound of [`Tuning::door_victims`].
+const DOOR_VICTIMS: usize = 64;
 
 /// The stage of an admission that found `size` of `capacity` taken (**P6**): which of
-/// [`STAGES`] equal parts of the cache's first half it fell in.
-fn stage(size: u64, capacity: u64) -> u8 {
+/// `stages` equal parts of the cache's first half it fell in.
+fn stage(size: u64, capacity: u64, stages: u8) -> u8 {
     let half = u128::from(capacity / 2) + 1;
-    let stage = (u128::from(size) * STAGES as u128 / half).min(STAGES as u128 - 1);
-    // At most STAGES - 1, so the cast keeps the value.
+    let stages = u128::from(stages.max(1));
+    let stage = (u128::from(size) * stages / half).min(stages - 1);
+    // At most `stages - 1`, so the cast keeps the value.
     stage as u8
 }
 
@@ -178,13 +181,15 @@ pub(crate) struct S3Fifo<T> {
     narrow: NarrowWins,
     /// The small queue's share of the capacity, adapted to the hit rate (**P3**).
     climber: Climber,
+    /// The values the rules are tuned by.
+    tuning: &'static Tuning,
 }
 
 impl<T: Queued> S3Fifo<T> {
     /// Queues for a cache guessed to hold about `entries` entries. The guess sizes the
     /// sketch and the ghost only if the cache cannot tell better at its first eviction (see
     /// [`prepare`](Self::prepare)); nothing is allocated for them before.
-    pub(crate) fn new(entries: usize) -> Self {
+    pub(crate) fn new(entries: usize, tuning: &'static Tuning) -> Self {
         Self {
             small: Queue::new(),
             main: Queue::new(),
@@ -197,9 +202,16 @@ impl<T: Queued> S3Fifo<T> {
             compact_left: std::array::from_fn(|_| AtomicUsize::new(0)),
             queueing: AtomicBool::new(false),
             owed: AtomicU64::new(0),
-            narrow: NarrowWins::new(),
-            climber: Climber::new(entries as u64),
+            narrow: NarrowWins::new(tuning),
+            climber: Climber::new(entries as u64, tuning),
+            tuning,
         }
+    }
+
+    /// New queues for the same guess of entries, tuned by `tuning` (before any use).
+    #[cfg(feature = "tuning")]
+    pub(crate) fn tuned(self, tuning: &'static Tuning) -> Self {
+        Self::new(self.climber.entries() as usize, tuning)
     }
 
     /// Sizes the sketch and the ghost (**P4**) for `held` entries, or for the guess the
@@ -208,9 +220,10 @@ impl<T: Queued> S3Fifo<T> {
     fn size(&self, held: Option<u64>) {
         let entries = held
             .unwrap_or_else(|| self.climber.entries())
-            .clamp(1, MAX_ENTRIES);
+            .clamp(1, self.tuning.max_entries);
         self.climber.resize(entries);
-        self.memory.publish(Memory::new(entries as usize));
+        self.memory
+            .publish(Memory::new(entries as usize, self.tuning));
     }
 
     /// The entries the sketch and the ghost are sized for, once they are (**P4**).
@@ -306,7 +319,7 @@ impl<T: Queued> S3Fifo<T> {
         }
         let warm = size >= capacity / 2;
         if !warm {
-            meta.set_stage(stage(size, capacity));
+            meta.set_stage(stage(size, capacity, self.tuning.stages));
         }
         self.admit(meta, hash, warm)
     }
@@ -317,6 +330,7 @@ impl<T: Queued> S3Fifo<T> {
     /// stands). The one caller that claims the sizing allocates; every other call, and every
     /// evictor while the allocation is under way, goes on at once (without a sketch, an
     /// evictor only decides its duels by the incumbent).
+    #[inline]
     pub(crate) fn prepare(&self, held: impl FnOnce() -> Option<u64>) {
         if self.memory.get().is_none() && self.memory.claim() {
             self.size(held());
@@ -391,11 +405,11 @@ impl<T: Queued> S3Fifo<T> {
         }
         if self.staged.get().is_none() && self.staged.claim() {
             self.staged
-                .publish((0..STAGES).map(|_| Queue::new()).collect());
+                .publish((0..self.tuning.stages).map(|_| Queue::new()).collect());
         }
         match self.staged.get() {
             Some(staged) => {
-                let queue = &staged[meta.stage().min(STAGES - 1)];
+                let queue = &staged[meta.stage().min(staged.len() - 1)];
                 push(queue, &self.small_weight, entry());
                 // Relaxed: a hint; an evictor that reads it late pops the small queue first,
                 // which only orders one entry less well.

@@ -18,75 +18,65 @@
 //! first visit in the main queue after a hit proves the win if the victim's mark is still
 //! there; the victim's return while the mark is there says the win cost a miss first.
 //! Whichever comes first takes the mark off, so each win counts once, or not at all (neither
-//! happened, or the ghost slot or the link went to another hash). `docs/DESIGN.md` has how
+//! happened, or the ghost slot or the link went to another hash). `docs/EXPERIMENTS.md` has how
 //! often each came first on the training suite.
 //!
-//! A trust score adds [`PROVED`] for each proof and takes [`RETURNED`] off for each return,
-//! within ±[`BOUND`], and is halved at the close of each of the climber's sampling periods
-//! ([`forget`](NarrowWins::forget)). While it is below zero a narrow win is refused (the
-//! incumbent stays, as on a tie), except for one in [`EXPLORE`] of a thread's refused wins,
-//! which goes ahead so that the score keeps measuring.
+//! A trust score adds [`Tuning::proved`] for each proof and takes [`Tuning::returned`] off
+//! for each return, within ±[`Tuning::trust_bound`], and is halved at the close of each of
+//! the climber's sampling periods ([`forget`](NarrowWins::forget)). While it is below zero a
+//! narrow win is refused (the incumbent stays, as on a tie), except for one in
+//! [`Tuning::explore`] of a thread's refused wins, which goes ahead so that the score keeps
+//! measuring.
 //!
-//! **P8 (trust).** The score is a hint, like the share (P3): evictors add proofs when they
-//! visit main-queue entries, admissions take returns off when the ghost recalls a displaced
-//! hash (on a miss, never on a hit), each with one relaxed read-modify-write that keeps it
-//! within ±[`BOUND`]. The displaced mark comes off by a compare-and-swap, so a proof and a
-//! return that race count once. A stale read of the score refuses one win that could have
-//! stood, or lets one through; no value of it can lose an entry, since a refused win is a
-//! lost duel.
+//! **P8 (trust).** The score is a hint, like the share (P3): evictors add proofs when they visit
+//! main-queue entries, admissions take returns off when the ghost recalls a displaced hash (on a
+//! miss, never on a hit), each with one relaxed read-modify-write that keeps it within
+//! ±[`Tuning::trust_bound`]. The displaced mark comes off by a compare-and-swap, so a proof and a
+//! return that race count once. A stale read of the score refuses one win that could have stood, or
+//! lets one through; no value of it can lose an entry, since a refused win is a lost duel.
 
 #![forbid(unsafe_code)]
 
 use super::meta::tick;
+use super::Tuning;
 use crate::sync::{AtomicI32, Ordering};
 use std::cell::Cell;
 
-/// What a narrow winner's proof adds to the trust score: narrow wins are trusted while
-/// their winners come first at least half as often as their victims (four spread a cell
-/// whose score hovers around zero more, `docs/EXPERIMENTS.md`).
-const PROVED: i32 = 2;
-/// What a displaced victim's return takes off the trust score.
-const RETURNED: i32 = 1;
-/// The score's bound either way: a few dozen events turn the check around when a workload
-/// changes.
-const BOUND: i32 = 64;
-/// One refused narrow win in this many (per thread) goes ahead to keep measuring (fewer kept
-/// the zigzag's wins standing less, `docs/EXPERIMENTS.md`).
-pub(super) const EXPLORE: u32 = 16;
-
 crate::sync::local_key! {
-    /// The calling thread's refused narrow wins, modulo [`EXPLORE`].
+    /// The calling thread's refused narrow wins, modulo [`Tuning::explore`].
     static REFUSED: Cell<u32> = Cell::new(0);
 }
 
 /// The trust score of narrow wins (**P8**).
 pub(super) struct NarrowWins {
     trust: AtomicI32,
+    tuning: &'static Tuning,
 }
 
 impl NarrowWins {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(tuning: &'static Tuning) -> Self {
         Self {
             trust: AtomicI32::new(0),
+            tuning,
         }
     }
 
     /// A narrow winner was hit in the main queue before its victim came back.
     pub(super) fn proved(&self) {
-        self.add(PROVED);
+        self.add(self.tuning.proved);
     }
 
     /// A victim displaced by a narrow win came back, before its winner was hit, while the
     /// ghost remembered it as such.
     pub(super) fn returned(&self) {
-        self.add(-RETURNED);
+        self.add(-self.tuning.returned);
     }
 
     /// Whether a narrow win may stand: the score is not below zero, or this is the calling
-    /// thread's [`EXPLORE`]th refused win since the last one let through.
+    /// thread's [`Tuning::explore`]th refused win since the last one let through.
     pub(super) fn stands(&self) -> bool {
         // Relaxed: a hint (P8).
-        self.trust.load(Ordering::Relaxed) >= 0 || tick(&REFUSED, EXPLORE)
+        self.trust.load(Ordering::Relaxed) >= 0 || tick(&REFUSED, self.tuning.explore)
     }
 
     /// The score now (for tests).
@@ -107,11 +97,12 @@ impl NarrowWins {
     }
 
     fn add(&self, d: i32) {
+        let bound = self.tuning.trust_bound;
         // Relaxed: a hint (P8); the update is atomic, so the bound always holds.
         let _ = self
             .trust
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some((t + d).clamp(-BOUND, BOUND))
+                Some(t.saturating_add(d).clamp(-bound, bound))
             });
     }
 }

@@ -1,24 +1,25 @@
-//! The ghost's *near returns* (**P9**), which move the small queue's share between the
-//! climber's periods (`climb.rs`) and within a trace too short to close one. Each queue has
-//! a clock, the entries taken off it so far (the small queue's leavers, wherever they go;
-//! the main queue's evictions), and the ghost dates each hash it remembers by its queue's
-//! clock ([`Left`]). A miss on a hash the ghost remembers is a *near return* if fewer than
-//! [`NearReturns::near`] entries left that queue since the hash did: so many more entries
-//! of room for that queue would have kept it, and the miss would have been a hit. Near
-//! returns are counted in batches of [`NEAR_BATCH`]; a batch in which one queue's outnumber
-//! the other's by [`NEAR_GATE`] or more moves the share towards that queue by `climb.rs`'s
-//! `NUDGE` entries' worth for each one beyond, so the share rests where a little more room
-//! earns each queue as many hits as the other: the queues' *marginal* hits, where the
-//! density steering balances their average ones. The two differ where a queue's hits crowd
-//! at one end: a small queue whose entries are hit soon after they arrive earns much per
-//! entry, though its last entries earn nothing, and its room is better spent in the main
-//! queue (the LIRS programs, Zipf); a main queue whose proven entries keep their hits while
-//! the rest of it sits idle earns much per entry too, though a larger window would turn its
-//! idle room into hits (the CPU traces, OLTP, sprite); `docs/DESIGN.md` has the measurements.
+//! The ghost's *near returns* (**P9**), which move the small queue's share between the climber's
+//! periods (`climb.rs`) and within a trace too short to close one. Each queue has a clock, the
+//! entries taken off it so far (the small queue's leavers, wherever they go; the main queue's
+//! evictions), and the ghost dates each hash it remembers by its queue's clock ([`Left`]). A miss
+//! on a hash the ghost remembers is a *near return* if fewer than [`NearReturns::near`] entries
+//! left that queue since the hash did: so many more entries of room for that queue would have kept
+//! it, and the miss would have been a hit. Near returns are counted in batches of
+//! [`Tuning::near_batch`]; a batch in which one queue's outnumber the other's by
+//! [`Tuning::near_gate`] or more moves the share towards that queue by [`Tuning::nudge`] entries'
+//! worth for each one beyond, so the share rests where a little more room earns each queue as many
+//! hits as the other: the queues' *marginal* hits, where the density steering balances their
+//! average ones. The two differ where a queue's hits crowd at one end: a small queue whose entries
+//! are hit soon after they arrive earns much per entry, though its last entries earn nothing, and
+//! its room is better spent in the main queue (the LIRS programs, Zipf); a main queue whose proven
+//! entries keep their hits while the rest of it sits idle earns much per entry too, though a larger
+//! window would turn its idle room into hits (the CPU traces, OLTP, sprite); `docs/EXPERIMENTS.md`
+//! has the measurements.
 //!
 //! Nothing here is written on a hit: a departure is a relaxed load and store of its queue's
 //! clock on the eviction path, a return one read-modify-write of the batch on a miss.
 
+use super::Tuning;
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
@@ -43,21 +44,6 @@ const STAMP_MASK: u32 = (1 << STAMP_BITS) - 1;
 /// The near reach's least length in grains (64), for caches whose reach is longer: a grain
 /// is the power of two of departures that leaves 64 to 127 of them in the reach.
 const REACH_GRAINS_SHIFT: u32 = 6;
-/// The near reach, as a fraction of the expected entries: a return within 1/16 (a shift by
-/// 4) of the capacity's worth of its queue's departures (1/8 gained less,
-/// `docs/EXPERIMENTS.md`).
-const REACH_SHIFT: u32 = 4;
-/// The shortest near reach, in departures.
-const REACH_MIN: u64 = 2;
-/// The near returns counted before the share moves (**P9**): it moves by their balance,
-/// and only if one queue's outnumber the other's by [`NEAR_GATE`]. Where the two come
-/// about equally often (a zigzag, whose turns reward a larger small queue as much as its
-/// fixed set rewards the main one), single returns walked the share at random, the
-/// hasher's seed deciding where. A gate of 12 is two standard deviations of a fair batch of
-/// 32; other sizes and gates spread more or gained less (`docs/EXPERIMENTS.md`).
-pub(super) const NEAR_BATCH: u64 = 32;
-/// See [`NEAR_BATCH`].
-const NEAR_GATE: i64 = 12;
 /// [`NearReturns::nears`]'s count of the batch's near returns (its low 32 bits).
 const NEARS: u64 = (1 << 32) - 1;
 
@@ -70,29 +56,31 @@ pub(super) struct NearReturns {
     /// The near returns of the batch under way: all of them in the low 32 bits
     /// ([`NEARS`]), the small queue's in the high 32.
     nears: AtomicU64,
+    tuning: &'static Tuning,
 }
 
 impl NearReturns {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(tuning: &'static Tuning) -> Self {
         Self {
             clocks: CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]),
             nears: AtomicU64::new(0),
+            tuning,
         }
     }
 
     /// The near reach of a cache expected to hold `entries` entries: a return to the ghost
-    /// within this many departures of its queue is near. A sixteenth of the entries
-    /// ([`REACH_SHIFT`]), at least [`REACH_MIN`].
-    pub(super) fn near(entries: u64) -> u64 {
-        (entries >> REACH_SHIFT).max(REACH_MIN)
+    /// within this many departures of its queue is near: the entries shifted by
+    /// [`Tuning::reach_shift`], at least [`Tuning::reach_min`].
+    pub(super) fn near(&self, entries: u64) -> u64 {
+        (entries >> self.tuning.reach_shift).max(self.tuning.reach_min)
     }
 
     /// The departures one unit of a [`Left`]'s stamp counts, as a shift: 1 while the near
     /// reach is under 128 departures, else the power of two that leaves 64 to 127 grains
     /// in the reach, so that the stamp's bits span 128 to 256 reaches whatever the cache's
     /// size. (Shifts, not divisions: a departure and a return each take one.)
-    fn grain_shift(entries: u64) -> u32 {
-        (Self::near(entries) >> REACH_GRAINS_SHIFT).max(1).ilog2()
+    fn grain_shift(&self, entries: u64) -> u32 {
+        (self.near(entries) >> REACH_GRAINS_SHIFT).max(1).ilog2()
     }
 
     /// Counts an entry leaving the small queue (`main` false) or evicted from the main
@@ -107,13 +95,13 @@ impl NearReturns {
         clock.store(now, Ordering::Relaxed);
         Left {
             main,
-            stamp: Self::stamp(now, entries),
+            stamp: self.stamp(now, entries),
         }
     }
 
     /// A clock reading in grains, modulo `1 << STAMP_BITS`.
-    fn stamp(clock: u64, entries: u64) -> u32 {
-        (clock >> Self::grain_shift(entries)) as u32 & STAMP_MASK
+    fn stamp(&self, clock: u64, entries: u64) -> u32 {
+        (clock >> self.grain_shift(entries)) as u32 & STAMP_MASK
     }
 
     /// Whether a hash that `left` its queue comes back within the near reach of that
@@ -121,37 +109,36 @@ impl NearReturns {
     pub(super) fn is_near(&self, left: Left, entries: u64) -> bool {
         // Relaxed: see `depart`.
         let clock = self.clocks[usize::from(left.main)].load(Ordering::Relaxed);
-        let age = Self::stamp(clock, entries).wrapping_sub(left.stamp) & STAMP_MASK;
-        u64::from(age) < (Self::near(entries) >> Self::grain_shift(entries)).max(1)
+        let age = self.stamp(clock, entries).wrapping_sub(left.stamp) & STAMP_MASK;
+        u64::from(age) < (self.near(entries) >> self.grain_shift(entries)).max(1)
     }
 
     /// Counts a near return of a small-queue leaver (`small`) or of a main-queue victim into
-    /// the batch under way. The call that fills the batch ([`NEAR_BATCH`]) starts the next
-    /// one and returns the near returns of the small queue beyond the main queue's
-    /// (negative for fewer) if they differ by [`NEAR_GATE`] or more: the share's move.
+    /// the batch under way. The call that fills the batch ([`Tuning::near_batch`]) starts
+    /// the next one and returns the near returns of the small queue beyond the main queue's
+    /// (negative for fewer) if they differ by [`Tuning::near_gate`] or more: the share's
+    /// move.
     pub(super) fn count(&self, small: bool) -> Option<i64> {
+        let (batch, gate) = (self.tuning.near_batch, self.tuning.near_gate);
         let add = if small { 1 << 32 | 1 } else { 1 };
         // Relaxed: a hint (P9); the update's atomicity gives each return to one batch and
         // each batch to the one call that fills it.
         let Ok(before) = self
             .nears
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(if (n & NEARS) + 1 >= NEAR_BATCH {
-                    0
-                } else {
-                    n + add
-                })
+                Some(if (n & NEARS) + 1 >= batch { 0 } else { n + add })
             })
         else {
             return None;
         };
-        if (before & NEARS) + 1 < NEAR_BATCH {
+        if (before & NEARS) + 1 < batch {
             return None;
         }
-        // The batch's small-queue returns, this one included, at most NEAR_BATCH.
-        let small = ((before + add) >> 32).min(NEAR_BATCH) as i64;
-        let beyond = 2 * small - NEAR_BATCH as i64;
-        (beyond.abs() >= NEAR_GATE).then_some(beyond)
+        // The batch's small-queue returns, this one included, at most the batch (both
+        // within `Tuning::near_batch`'s range, so the casts keep them).
+        let small = ((before + add) >> 32).min(batch) as i64;
+        let beyond = 2 * small - batch as i64;
+        (beyond.abs() >= gate).then_some(beyond)
     }
 
     /// The batch under way: its near returns, and the small queue's of them.
@@ -166,12 +153,14 @@ impl NearReturns {
 mod tests {
     use super::*;
 
+    const T: &Tuning = &Tuning::DEFAULT;
+
     #[test]
     fn large_caches_date_departures_in_grains_and_the_stamp_wraps() {
         const ENTRIES: u64 = 1 << 20;
-        let n = NearReturns::new();
-        let grain = 1 << NearReturns::grain_shift(ENTRIES);
-        assert_eq!((NearReturns::near(ENTRIES), grain), (1 << 16, 1 << 10));
+        let n = NearReturns::new(T);
+        let grain = 1 << n.grain_shift(ENTRIES);
+        assert_eq!((n.near(ENTRIES), grain), (1 << 16, 1 << 10));
         // A hash leaves one departure before the stamp's clock wraps...
         n.clocks[0].store((1 << STAMP_BITS) * grain - 2, Ordering::Relaxed);
         let left = n.depart(false, ENTRIES);
@@ -184,20 +173,19 @@ mod tests {
         n.clocks[0].fetch_add((1 << REACH_GRAINS_SHIFT) * grain, Ordering::Relaxed);
         assert!(!n.is_near(left, ENTRIES));
         // Small caches count every departure: 160 entries reach back 10.
-        assert_eq!(
-            (NearReturns::near(160), NearReturns::grain_shift(160)),
-            (10, 0)
-        );
+        assert_eq!((n.near(160), n.grain_shift(160)), (10, 0));
     }
 
     #[test]
     fn a_full_batch_returns_its_balance_past_the_gate_and_starts_the_next() {
-        let n = NearReturns::new();
+        let n = NearReturns::new(T);
         let fill = |small: u64| {
-            let moves: Vec<_> = (0..NEAR_BATCH).map(|i| n.count(i < small)).collect();
-            assert!(moves[..NEAR_BATCH as usize - 1].iter().all(Option::is_none));
+            let moves: Vec<_> = (0..T.near_batch).map(|i| n.count(i < small)).collect();
+            assert!(moves[..T.near_batch as usize - 1]
+                .iter()
+                .all(Option::is_none));
             assert_eq!(n.batch(), (0, 0), "a full batch starts the next");
-            moves[NEAR_BATCH as usize - 1]
+            moves[T.near_batch as usize - 1]
         };
         // 22 small-queue returns of 32 are 12 beyond the main queue's, at the gate.
         assert_eq!(fill(22), Some(12));

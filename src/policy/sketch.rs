@@ -13,11 +13,12 @@
 //! word at once can lose one's addition (to any of its sixteen counters), and an addition
 //! racing the halving can undo the halving of its word until the next one. Either costs only
 //! precision, in a sketch that already overestimates by design, and four compare-and-swaps
-//! per addition cost churn more (`docs/DESIGN.md`). Nothing here is on the hit path: hits
+//! per addition cost churn more (`docs/EXPERIMENTS.md`). Nothing here is on the hit path: hits
 //! are counted in the entry itself and added here when the policy visits the entry.
 
 #![forbid(unsafe_code)]
 
+use super::Tuning;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// The largest value of a counter.
@@ -43,7 +44,7 @@ crate::sync::local_key! {
 
 crate::sync::local_key! {
     /// The calling thread's duels at the ceiling (see [`Sketch::at_ceiling`]), modulo
-    /// [`CEILING_DUELS`]; shared by every sketch the thread duels in, as `ADDS` is.
+    /// [`Tuning::ceiling_duels`]; shared by every sketch the thread duels in, as `ADDS` is.
     static CEILINGS: std::cell::Cell<u32> = std::cell::Cell::new(0);
 }
 
@@ -55,65 +56,53 @@ pub(crate) struct Sketch {
     period: usize,
     /// The fewest additions between two halvings: ten per entry, Caffeine's sample.
     shortest: usize,
+    /// Duels at the ceiling (per thread) that halve early ([`Sketch::at_ceiling`]).
+    ceiling_duels: u32,
 }
 
-/// The additions per entry between two halvings, in a cache of at least [`REACH`] entries.
-const PERIOD_PER_ENTRY: usize = 10;
-
-/// A smaller cache halves as if it held the geometric mean of its entries and `REACH`
-/// entries (see [`period`]).
-const REACH: usize = 1 << 14;
-
-/// The additions between two halvings for a cache of `entries` entries: ten per entry
-/// (Caffeine's sample size) from [`REACH`] entries up, and ten per `√(entries × REACH)`
-/// below, so a cache of 763 entries halves every 35k additions instead of every 7.6k.
+/// The additions between two halvings for a cache of `entries` entries:
+/// [`Tuning::period_per_entry`] per entry (Caffeine's sample size) from
+/// [`Tuning::sketch_reach`] entries up, and as many per `√(entries × sketch_reach)` below.
 ///
 /// A small cache's sketch that halves every ten additions per entry forgets a key before
 /// it recurs on a trace whose popular keys come back tens of thousands of accesses apart
-/// (P3's small caches; `docs/DESIGN.md` has what the longer period gives and costs).
-fn period(entries: usize) -> usize {
-    let mean = (entries as f64 * REACH as f64).sqrt() as usize;
-    PERIOD_PER_ENTRY * entries.max(mean)
+/// (P3's small caches; `docs/EXPERIMENTS.md` has what the longer period gives and costs).
+fn period(entries: usize, t: &Tuning) -> usize {
+    let mean = (entries as f64 * t.sketch_reach as f64).sqrt() as usize;
+    (t.period_per_entry as usize).saturating_mul(entries.max(mean))
 }
 
-/// Duels lost to incumbents at the counters' ceiling that halve the sketch early (see
-/// [`Sketch::at_ceiling`]): fewer let the timing of the halvings follow the hash seed more,
-/// more change little (`docs/DESIGN.md`).
-const CEILING_DUELS: u32 = 16;
-
-/// The most increments a counter takes in one period on average, for the width (see
-/// [`words`]).
-const LOAD: usize = 5;
-
 /// The words of a sketch for `entries` entries: two per entry (32 counters), and more when
-/// the period is long enough that two per entry would put over [`LOAD`] of its increments
-/// on each counter (four counters per addition, so `4 × period / (16 × words)` a counter).
+/// the period is long enough that two per entry would put over [`Tuning::counter_load`] of
+/// its increments on each counter (four counters per addition, so `4 × period / (16 ×
+/// words)` a counter).
 ///
-/// A cache of at least [`REACH`] entries loads each counter with 1.25 increments a period.
-/// A small cache's longer period loaded them far more at two words per entry, so the four
-/// counters of a rare key were mostly other keys' counts and the frequent keys' sat at the
-/// maximum together: the duel compared noise (`docs/EXPERIMENTS.md`).
-fn words(entries: usize) -> usize {
-    let by_load = 4 * period(entries) / (16 * LOAD);
+/// A cache of at least `sketch_reach` entries loads each counter with 1.25 increments a
+/// period. A small cache's longer period loaded them far more at two words per entry, so
+/// the four counters of a rare key were mostly other keys' counts and the frequent keys'
+/// sat at the maximum together: the duel compared noise (`docs/EXPERIMENTS.md`).
+fn words(entries: usize, t: &Tuning) -> usize {
+    let by_load = period(entries, t).saturating_mul(4) / (16 * t.counter_load as usize);
     (2 * entries).max(by_load).next_power_of_two()
 }
 
 impl Sketch {
     /// A sketch for a cache of about `entries` entries: two words (32 counters) per entry,
     /// more for a small cache ([`words`]), halved every [`period`] additions (one word per
-    /// entry, Caffeine's sizing, collided more, `docs/DESIGN.md`). Under loom, four words.
-    pub(crate) fn new(entries: usize) -> Self {
+    /// entry, Caffeine's sizing, collided more, `docs/EXPERIMENTS.md`). Under loom, four words.
+    pub(crate) fn new(entries: usize, tuning: &Tuning) -> Self {
         let entries = entries.clamp(16, 1 << 24);
         let words = if cfg!(runcache_loom) {
             4
         } else {
-            words(entries)
+            words(entries, tuning)
         };
         Self {
             words: (0..words).map(|_| AtomicU64::new(0)).collect(),
             added: AtomicUsize::new(0),
-            period: period(entries),
-            shortest: PERIOD_PER_ENTRY * entries,
+            period: period(entries, tuning),
+            shortest: (tuning.period_per_entry as usize).saturating_mul(entries),
+            ceiling_duels: tuning.ceiling_duels,
         }
     }
 
@@ -152,8 +141,8 @@ impl Sketch {
 
     /// Tells the sketch that a duel found every incumbent it weighed at the counters'
     /// ceiling ([`MAX`]), where no newcomer can be estimated above it: the sketch no longer
-    /// ranks the keys at the cache's edge. After [`CEILING_DUELS`] such duels, and once ten
-    /// additions per entry have passed since the last halving, every counter is halved now
+    /// ranks the keys at the cache's edge. After [`Tuning::ceiling_duels`] such duels, and once
+    /// ten additions per entry have passed since the last halving, every counter is halved now
     /// instead of at the end of the period.
     ///
     /// A small cache's period is long ([`period`]); where a few keys come back far more
@@ -164,7 +153,7 @@ impl Sketch {
     pub(crate) fn at_ceiling(&self) {
         // Each thread counts its own duels at the ceiling, as it counts its additions, so a
         // duel adds no shared read-modify-write to the eviction path.
-        if !super::tick(&CEILINGS, CEILING_DUELS) {
+        if !super::tick(&CEILINGS, self.ceiling_duels) {
             return;
         }
         // Relaxed: paces the halving, as the additions do. The one thread whose update takes
@@ -239,9 +228,14 @@ impl Sketch {
 mod tests {
     use super::*;
 
+    const T: &Tuning = &Tuning::DEFAULT;
+    const REACH: usize = T.sketch_reach as usize;
+    const LOAD: usize = T.counter_load as usize;
+    const CEILING_DUELS: u32 = T.ceiling_duels;
+
     #[test]
     fn estimates_count_additions_saturate_and_fade() {
-        let s = Sketch::new(1024);
+        let s = Sketch::new(1024, T);
         assert_eq!(s.estimate(42), 0);
         s.add(42, 3);
         s.add(42, 1);
@@ -266,7 +260,7 @@ mod tests {
 
     #[test]
     fn duels_at_the_ceiling_halve_early_but_not_within_ten_additions_an_entry() {
-        let s = Sketch::new(64);
+        let s = Sketch::new(64, T);
         assert_eq!((s.shortest, s.period), (640, 10_240));
         s.add(42, 100);
         assert_eq!(s.estimate(42), MAX);
@@ -308,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_decay_halves_one_keys_counters() {
-        let s = Sketch::new(1024);
+        let s = Sketch::new(1024, T);
         s.add(42, 13);
         s.add(7, 9);
         s.decay(42);
@@ -327,25 +321,25 @@ mod tests {
     #[test]
     fn small_sketches_halve_later_large_ones_at_ten_per_entry() {
         // Below `REACH` entries the period is ten per √(entries × REACH)...
-        assert_eq!(period(1024), 10 * 4096);
-        assert_eq!(period(16), 10 * 512);
+        assert_eq!(period(1024, T), 10 * 4096);
+        assert_eq!(period(16, T), 10 * 512);
         // ...which never falls under ten per entry, and meets it at `REACH`.
-        assert_eq!(period(REACH), 10 * REACH);
-        assert_eq!(period(1 << 20), 10 << 20);
+        assert_eq!(period(REACH, T), 10 * REACH);
+        assert_eq!(period(1 << 20, T), 10 << 20);
         for entries in [16, 100, 763, 5000, REACH - 1, REACH + 1, 1 << 22] {
-            assert!(period(entries) >= 10 * entries, "{entries}");
+            assert!(period(entries, T) >= 10 * entries, "{entries}");
         }
     }
 
     #[test]
     fn small_sketches_widen_so_no_counter_takes_over_five_increments_a_period() {
         // Two words an entry where that keeps the load under five: every cache from 1,024 up.
-        assert_eq!(words(REACH), 2 * REACH);
-        assert_eq!(words(1 << 20), 2 << 20);
-        assert_eq!(words(1024), 2048);
-        assert_eq!(words(763), 2048, "4 × 35,350 / 80 = 1,767 words");
+        assert_eq!(words(REACH, T), 2 * REACH);
+        assert_eq!(words(1 << 20, T), 2 << 20);
+        assert_eq!(words(1024, T), 2048);
+        assert_eq!(words(763, T), 2048, "4 × 35,350 / 80 = 1,767 words");
         // Below, the width follows the period: 47 entries halve every 8,770 additions.
-        assert_eq!(words(47), 512, "4 × 8,770 / 80 = 438 words, not 128");
+        assert_eq!(words(47, T), 512, "4 × 8,770 / 80 = 438 words, not 128");
         for entries in [
             16,
             47,
@@ -358,14 +352,14 @@ mod tests {
             REACH,
             1 << 22,
         ] {
-            let counters = 16 * words(entries);
-            let load = (4 * period(entries)) as f64 / counters as f64;
+            let counters = 16 * words(entries, T);
+            let load = (4 * period(entries, T)) as f64 / counters as f64;
             assert!(
                 load <= LOAD as f64,
                 "{entries} entries: {load} increments a counter"
             );
             assert!(
-                words(entries) >= 2 * entries,
+                words(entries, T) >= 2 * entries,
                 "{entries}: two words an entry at least"
             );
         }

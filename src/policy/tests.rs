@@ -3,7 +3,6 @@
 
 #![forbid(unsafe_code)]
 
-use super::leave::{KNOWN_ESTIMATE, KNOWN_MARGIN};
 use super::meta::MAX_FREQ;
 use super::*;
 // A std atomic on purpose: the tests run only outside the loom models.
@@ -11,6 +10,9 @@ use std::sync::atomic::AtomicBool as StdBool;
 use std::sync::Arc;
 
 mod narrow;
+
+/// The values every cache is tuned by.
+const T: &Tuning = &Tuning::DEFAULT;
 
 struct Entry {
     hash: u64,
@@ -108,7 +110,7 @@ fn a_cache_under_half_full_defers_the_sketch_to_the_first_visit_and_skips_the_gh
 /// A policy for `entries` entries whose cache has evicted already: its sketch and ghost
 /// sized (P4), as the first eviction leaves them.
 fn evicted(entries: usize) -> S3Fifo<Arc<Entry>> {
-    let p = S3Fifo::new(entries);
+    let p = S3Fifo::new(entries, T);
     p.prepare(|| None);
     p
 }
@@ -383,16 +385,16 @@ fn a_leaver_never_hit_duels_only_if_the_sketch_knows_it_well_and_then_by_a_margi
     // Victims 0..9 are estimated at 2 each (a miss and a hit); the three leavers were
     // never hit and the ghost does not know them. Each counts its own miss.
     let p = full(0..9, 100..103);
-    // 100 was seen twice before (3 with its miss): under `KNOWN_ESTIMATE`, it is evicted
+    // 100 was seen twice before (3 with its miss): under `T.known_estimate`, it is evicted
     // without a duel, and the main queue is untouched.
     p.record(100, 2);
-    assert_eq!(p.estimate(100), KNOWN_ESTIMATE - 1);
+    assert_eq!(p.estimate(100), T.known_estimate - 1);
     assert_eq!(p.victim(10).unwrap().hash, 100);
     assert_eq!((p.front.len(), p.main.len()), (0, 9));
     // 101 is known well (4) but not by the margin: 4 is not above 2 + 2. It duels and
     // loses, and victim 0 keeps the head.
     p.record(101, 3);
-    assert_eq!(p.estimate(101), KNOWN_ESTIMATE);
+    assert_eq!(p.estimate(101), T.known_estimate);
     assert_eq!(p.victim(10).unwrap().hash, 101);
     assert_eq!(
         (p.front.len(), p.main.len()),
@@ -401,7 +403,7 @@ fn a_leaver_never_hit_duels_only_if_the_sketch_knows_it_well_and_then_by_a_margi
     );
     // 102, at 5, beats victim 0 by more than the margin and takes its place.
     p.record(102, 4);
-    assert_eq!(p.estimate(102), 2 + KNOWN_MARGIN + 1);
+    assert_eq!(p.estimate(102), 2 + T.known_margin + 1);
     assert_eq!(p.victim(10).unwrap().hash, 0);
     assert_eq!(p.front.len() + p.main.len(), 9, "102 in, 0 out");
 }
@@ -605,7 +607,7 @@ fn a_leaver_never_hit_fills_room_in_the_main_queue_only_if_seen_before() {
 
 #[test]
 fn the_sketch_and_ghost_are_sized_once_before_the_first_eviction() {
-    let p = S3Fifo::<Arc<Entry>>::new(64);
+    let p = S3Fifo::<Arc<Entry>>::new(64, T);
     let (cold, warm) = (entry(1), entry(2));
     admit(&p, cold.clone(), false, 1);
     admit(&p, warm.clone(), true, 2);
@@ -621,12 +623,12 @@ fn the_sketch_and_ghost_are_sized_once_before_the_first_eviction() {
     assert_eq!((p.estimate(1), p.estimate(2)), (0, 1));
 
     // A cache that cannot tell keeps the guess; one that holds more than the most is capped.
-    let guessed = S3Fifo::<Arc<Entry>>::new(64);
+    let guessed = S3Fifo::<Arc<Entry>>::new(64, T);
     guessed.prepare(|| None);
     assert_eq!(guessed.sized_for(), Some(64));
-    let huge = S3Fifo::<Arc<Entry>>::new(64);
+    let huge = S3Fifo::<Arc<Entry>>::new(64, T);
     huge.prepare(|| Some(u64::MAX));
-    assert_eq!(huge.sized_for(), Some(MAX_ENTRIES));
+    assert_eq!(huge.sized_for(), Some(T.max_entries));
 }
 
 #[test]
@@ -702,7 +704,7 @@ fn entries_admitted_cold_leave_in_the_order_they_came_whatever_the_sweep_met_fir
         );
     }
     assert_eq!(cold[0].meta.stage(), 0);
-    assert_eq!(cold[9].meta.stage(), stage(10, 64) as usize);
+    assert_eq!(cold[9].meta.stage(), stage(10, 64, T.stages) as usize);
     assert!(cold[9].meta.stage() > cold[0].meta.stage());
     let warm = entry(99);
     assert!(
@@ -734,12 +736,12 @@ fn entries_admitted_cold_leave_in_the_order_they_came_whatever_the_sweep_met_fir
 
 #[test]
 fn the_stage_of_a_cold_admission_stays_within_the_stages() {
-    assert_eq!(stage(0, 0), 0);
-    assert_eq!(stage(0, 1), 0);
-    assert_eq!(stage(u64::MAX, u64::MAX), STAGES as u8 - 1);
-    assert_eq!(stage(u64::MAX, 2), STAGES as u8 - 1);
-    assert_eq!(stage(31, 64), STAGES as u8 - 1);
-    assert_eq!(stage(16, 64), 7);
+    assert_eq!(stage(0, 0, T.stages), 0);
+    assert_eq!(stage(0, 1, T.stages), 0);
+    assert_eq!(stage(u64::MAX, u64::MAX, T.stages), T.stages - 1);
+    assert_eq!(stage(u64::MAX, 2, T.stages), T.stages - 1);
+    assert_eq!(stage(31, 64, T.stages), T.stages - 1);
+    assert_eq!(stage(16, 64, T.stages), 7);
 }
 
 #[test]

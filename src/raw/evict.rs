@@ -9,7 +9,7 @@ use super::counter::{Counter, StatsBlock};
 use super::node::{hold, Node, NodeRef, View};
 use super::write::Take;
 use super::{RawCache, RemovalCause, Room};
-use crate::policy::{may_be_heavy, Door, S3Fifo};
+use crate::policy::{Door, S3Fifo};
 use crate::sync::{yield_now, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
@@ -143,7 +143,10 @@ where
                 self.budget.release(held);
                 return Room::Refused;
             }
-            if let Some(hash) = door.take().filter(|_| may_be_heavy(weight, capacity)) {
+            if let Some(hash) = door
+                .take()
+                .filter(|_| policy.may_be_heavy(weight, capacity))
+            {
                 let free = capacity.saturating_sub(self.budget.size());
                 match policy.door(hash, weight, weight.saturating_sub(free), capacity) {
                     Door::Open => {}

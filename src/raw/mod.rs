@@ -73,7 +73,7 @@ mod walk;
 pub(crate) mod word;
 mod write;
 
-use crate::policy::S3Fifo;
+use crate::policy::{S3Fifo, Tuning};
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
@@ -293,11 +293,19 @@ where
             weigher,
             listener,
             budget: Budget::new(capacity),
-            policy: evict.then(|| S3Fifo::new(policy_entries as usize)),
+            policy: evict.then(|| S3Fifo::new(policy_entries as usize, &Tuning::DEFAULT)),
             sweep: evict::Sweep::new(),
             expiry: None,
             domain,
         }
+    }
+
+    /// Tunes the cache's eviction policy by `tuning` instead of [`Tuning::DEFAULT`] (which
+    /// the caller checked).
+    #[cfg(feature = "tuning")]
+    pub(crate) fn with_tuning(mut self, tuning: &'static Tuning) -> Self {
+        self.policy = self.policy.map(|p| p.tuned(tuning));
+        self
     }
 
     /// Makes the cache's entries expire by `rule`, read against `clock`.

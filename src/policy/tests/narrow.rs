@@ -2,19 +2,19 @@
 //! leaves on its winner and in the ghost, and what they add up to.
 
 use super::super::memory::Recall;
-use super::super::narrow::{NarrowWins, EXPLORE};
+use super::super::narrow::NarrowWins;
 use super::*;
 
 #[test]
 fn narrow_wins_are_refused_while_their_victims_come_back_and_one_in_explore_goes_ahead() {
-    let n = NarrowWins::new();
+    let n = NarrowWins::new(T);
     assert!(n.stands(), "trusted until measured");
     n.returned();
     assert_eq!(n.trust(), -1);
-    // Below zero, the thread's refused wins go ahead one in EXPLORE, to keep measuring.
-    let stood: Vec<bool> = (0..2 * EXPLORE).map(|_| n.stands()).collect();
+    // Below zero, the thread's refused wins go ahead one in T.explore, to keep measuring.
+    let stood: Vec<bool> = (0..2 * T.explore).map(|_| n.stands()).collect();
     let ahead: Vec<usize> = (0..stood.len()).filter(|&i| stood[i]).collect();
-    let every = EXPLORE as usize;
+    let every = T.explore as usize;
     assert_eq!(ahead, vec![every - 1, 2 * every - 1]);
     // A proof outweighs a return: trusted again.
     n.proved();
@@ -24,7 +24,7 @@ fn narrow_wins_are_refused_while_their_victims_come_back_and_one_in_explore_goes
 
 #[test]
 fn the_trust_score_stays_within_its_bound_and_turns_around_within_it() {
-    let n = NarrowWins::new();
+    let n = NarrowWins::new(T);
     for _ in 0..10_000 {
         n.returned();
     }
@@ -81,7 +81,7 @@ fn a_narrow_win_marks_its_victim_whose_return_refuses_the_next_one_but_not_a_cle
     // So the next narrow wins are refused: victim 0 itself, back in the small queue and
     // remembered, leaves first and would beat victim 1 by one; then another such leaver.
     // Each leaves, and the incumbent keeps the head. (This test's thread refuses nothing
-    // else, so neither is the one in EXPLORE that goes ahead.)
+    // else, so neither is the one in T.explore that goes ahead.)
     let _second = remembered(&p, SECOND, 3);
     assert_eq!(p.estimate(0), 3);
     assert_eq!(p.victim(10).unwrap().hash, 0, "refused while distrusted");

@@ -45,6 +45,9 @@
 //!                       and byte hit ratios against moka, quick_cache, LRU by bytes and
 //!                       GDSF (the many-models stream, the real traces under four size
 //!                       models, and every `key size` trace `*.sized[.zst]` of the folder)
+//!   --tune NAME=V,..    runcache's policy tuned by these values instead of the defaults
+//!                       (`runcache::Tuning`'s fields, e.g. `--tune promote_hits=3`), for
+//!                       an experiment with one value or a rule switched off
 //! ```
 //!
 //! ARC traces (Megiddo and Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
@@ -107,6 +110,24 @@ fn synthetic_spec(flag: &str, value: &str) -> Result<(u64, f64, usize), String> 
         return Err(bad());
     }
     Ok((keys, s, len))
+}
+
+/// Sets the `--tune` values (`name=value` pairs, comma-separated) for every runcache cache
+/// of the run.
+fn tune(spec: &str) -> Result<(), String> {
+    let mut tuning = runcache::Tuning::DEFAULT;
+    for pair in spec.split(',') {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--tune: expected NAME=VALUE, got `{pair}`"))?;
+        tuning
+            .set(name.trim(), value.trim())
+            .map_err(|e| format!("--tune: {e}"))?;
+    }
+    tuning.check().map_err(|e| format!("--tune: {e}"))?;
+    TUNING
+        .set(Box::leak(Box::new(tuning)))
+        .map_err(|_| "--tune: given twice; give every value in one list".to_string())
 }
 
 fn parse_args() -> Result<Option<Options>, String> {
@@ -192,6 +213,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                     .map_err(|_| "--limit: not a number".to_string())?
             }
             "--svg-dir" => opts.svg_dir = PathBuf::from(value("--svg-dir")?),
+            "--tune" => tune(&value("--tune")?)?,
             flag if flag.starts_with("--") => return Err(format!("unknown flag `{flag}`")),
             file => files.push(PathBuf::from(file)),
         }
@@ -300,6 +322,22 @@ fn main() -> ExitCode {
         std::env::consts::ARCH,
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(tuned) = TUNING.get() {
+        // Every value that differs from the default, so that the figures name their policy.
+        let d = format!("{:?}", runcache::Tuning::DEFAULT);
+        let t = format!("{tuned:?}");
+        let changed: Vec<&str> = t
+            .split(", ")
+            .zip(d.split(", "))
+            .filter(|(a, b)| a != b)
+            .map(|(a, _)| a.trim_start_matches("Tuning { ").trim_end_matches(" }"))
+            .collect();
+        if changed.is_empty() {
+            println!("runcache tuned: every value as the default");
+        } else {
+            println!("runcache tuned: {}", changed.join(", "));
+        }
+    }
     let mut margins = Vec::new();
     if let Some(suite) = &opts.suite {
         let run = match &suite.shares {

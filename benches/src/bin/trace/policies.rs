@@ -128,6 +128,17 @@ pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u6
     })
 }
 
+/// The policy's tuning values `--tune` set, once, before any replay; the defaults if none.
+pub static TUNING: std::sync::OnceLock<&'static runcache::Tuning> = std::sync::OnceLock::new();
+
+/// `builder` tuned by the `--tune` values, if any.
+pub fn tuned<K, V, S>(builder: runcache::CacheBuilder<K, V, S>) -> runcache::CacheBuilder<K, V, S> {
+    match TUNING.get() {
+        Some(tuning) => builder.tuning(tuning),
+        None => builder,
+    }
+}
+
 /// A runcache cache of `capacity` entries by count, its hasher seeded by `seed`: the `seed`th
 /// of a random stream of 64-bit seeds, as the default hasher's random seeds are.
 ///
@@ -139,20 +150,20 @@ pub fn runcache(trace: &[u64], capacity: usize, threads: usize, seed: u64) -> u6
 pub fn seeded(capacity: usize, seed: u64) -> runcache::Cache<u64, (), foldhash::fast::FixedState> {
     use rand::{Rng, SeedableRng};
     let spread = rand::rngs::StdRng::seed_from_u64(seed).random::<u64>();
-    runcache::Cache::<u64, ()>::builder()
+    tuned(runcache::Cache::<u64, ()>::builder())
         .capacity(capacity as u64)
         .hasher(foldhash::fast::FixedState::with_seed(spread))
         .build()
-        .expect("default shards are valid")
+        .expect("default shards and checked tuning are valid")
 }
 
 /// runcache by weight (every entry weighs 1) with no `expected_entry_weight`, one thread.
 pub fn runcache_weighted(trace: &[u64], capacity: usize) -> u64 {
-    let cache = runcache::Cache::<u64, ()>::builder()
+    let cache = tuned(runcache::Cache::<u64, ()>::builder())
         .capacity(capacity as u64)
         .weigher(|_, _| 1)
         .build()
-        .expect("default shards are valid");
+        .expect("default shards and checked tuning are valid");
     get_or_insert(
         trace,
         1,

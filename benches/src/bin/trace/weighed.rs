@@ -66,12 +66,12 @@ pub fn lru(trace: &[(u64, u32)], capacity: u64) -> Hits {
 pub fn runcache(trace: &[(u64, u32)], capacity: u64, threads: usize, seed: u64) -> Hits {
     use rand::{Rng, SeedableRng};
     let spread = rand::rngs::StdRng::seed_from_u64(seed).random::<u64>();
-    let cache = runcache::Cache::<u64, u32, _>::builder()
+    let cache = crate::policies::tuned(runcache::Cache::<u64, u32, _>::builder())
         .capacity(capacity)
         .weigher(|_, v| u64::from(*v))
         .hasher(foldhash::fast::FixedState::with_seed(spread))
         .build()
-        .expect("default shards are valid");
+        .expect("default shards and checked tuning are valid");
     concurrently(trace, threads, |k, s| {
         let mut built = false;
         let _ = cache.get_or_insert_with(k, || {
