@@ -61,7 +61,7 @@ pub(super) struct Climber {
     visits: AtomicU64,
     /// This period's hits of small-queue entries, counted as they leave the queue. Swapped to
     /// 0 when the period closes.
-    window_hits: AtomicU64,
+    small_hits: AtomicU64,
     /// The periods left in the watch that a fall of the hit rate opened (**P5**).
     watch: AtomicU32,
     /// Whether the main queue's idle entries lose sketch counts in this period (**P5**).
@@ -82,7 +82,7 @@ impl Climber {
             start_hits: AtomicU64::new(0),
             entries: AtomicU64::new(entries),
             visits: AtomicU64::new(0),
-            window_hits: AtomicU64::new(0),
+            small_hits: AtomicU64::new(0),
             watch: AtomicU32::new(0),
             aging: AtomicBool::new(false),
             near_returns: NearReturns::new(tuning),
@@ -140,10 +140,10 @@ impl Climber {
     }
 
     /// Counts what one eviction pass saw: `visits` visits of main-queue entries, `idle` of
-    /// which found the entry not hit since the policy's last visit, and `window_hits` hits
+    /// which found the entry not hit since the policy's last visit, and `small_hits` hits
     /// of the entries that left the small queue. An evictor calls it once per pass, not per
     /// entry.
-    pub(super) fn count_pass(&self, visits: u32, idle: u32, window_hits: u64) {
+    pub(super) fn count_pass(&self, visits: u32, idle: u32, small_hits: u64) {
         // Relaxed: statistics for the period's close. A period with over 2^32 visits would
         // carry into the idle count; the close treats an idle count above the visits as
         // nothing seen.
@@ -151,8 +151,8 @@ impl Climber {
             self.visits
                 .fetch_add(u64::from(idle) << 32 | u64::from(visits), Ordering::Relaxed);
         }
-        if window_hits > 0 {
-            self.window_hits.fetch_add(window_hits, Ordering::Relaxed);
+        if small_hits > 0 {
+            self.small_hits.fetch_add(small_hits, Ordering::Relaxed);
         }
     }
 
@@ -179,8 +179,8 @@ impl Climber {
 
     /// This period's hits of small-queue leavers so far.
     #[cfg(test)]
-    pub(super) fn window_hits(&self) -> u64 {
-        self.window_hits.load(Ordering::Relaxed)
+    pub(super) fn small_hits(&self) -> u64 {
+        self.small_hits.load(Ordering::Relaxed)
     }
 
     /// Closes the watch's part of a period whose hit rate changed by `change` and whose visits
@@ -206,7 +206,7 @@ impl Climber {
         self.entries.load(Ordering::Relaxed)
     }
 
-    /// Sizes the floor of the window and the sampling period for `entries` entries (**P4**).
+    /// Sizes the floor of the small queue's room and the sampling period for `entries` entries (**P4**).
     pub(super) fn resize(&self, entries: u64) {
         // Relaxed: see `entries`.
         self.entries.store(entries, Ordering::Relaxed);
@@ -215,19 +215,19 @@ impl Climber {
     /// The small queue's part of `capacity` now: the share's, but at least
     /// [`Tuning::floor_entries`] entries' worth or a quarter of the capacity, whichever is less,
     /// and at least 1.
-    pub(super) fn window(&self, capacity: u64) -> u64 {
+    pub(super) fn small_room(&self, capacity: u64) -> u64 {
         // Relaxed: a sizing hint; a stale share only sizes one decision by the last period.
         let share = u128::from(self.share.load(Ordering::Relaxed));
-        let window = (u128::from(capacity) * share) >> 16;
+        let room = (u128::from(capacity) * share) >> 16;
         let floor = (u128::from(self.tuning.floor_entries) * u128::from(capacity)
             / u128::from(self.entries().max(1)))
         .min(u128::from(capacity / 4)) as u64;
-        (window as u64).max(floor).clamp(1.min(capacity), capacity)
+        (room as u64).max(floor).clamp(1.min(capacity), capacity)
     }
 
     /// The current share, in 1/65,536 of the capacity.
     pub(super) fn share(&self) -> u32 {
-        // Relaxed: as in `window`.
+        // Relaxed: as in `small_room`.
         self.share.load(Ordering::Relaxed)
     }
 
@@ -237,9 +237,9 @@ impl Climber {
     }
 
     /// The share's move, in 1/65,536 of the capacity, for a period in which a small queue
-    /// of `share` earned `window_hits` of the `hits`: [`Tuning::gain`] times the log of the
+    /// of `share` earned `small_hits` of the `hits`: [`Tuning::gain`] times the log of the
     /// ratio of the two queues' densities, within [`Tuning::max_move`] either way.
-    fn steer(&self, share: u32, hits: u64, window_hits: u64) -> i64 {
+    fn steer(&self, share: u32, hits: u64, small_hits: u64) -> i64 {
         let Tuning {
             gain,
             max_move,
@@ -247,10 +247,10 @@ impl Climber {
             ..
         } = *self.tuning;
         let w = f64::from(share.clamp(1, ONE - 1)) / f64::from(ONE);
-        // Counted as they leave the small queue, a period's window hits can include hits of
+        // Counted as they leave the small queue, a period's small-queue hits can include hits of
         // the period before; the main queue's are what is left, never below 0.
-        let main_hits = hits.saturating_sub(window_hits) as f64;
-        let small = (window_hits as f64 + prior_hits) / w;
+        let main_hits = hits.saturating_sub(small_hits) as f64;
+        let small = (small_hits as f64 + prior_hits) / w;
         let main = (main_hits + prior_hits) / (1.0 - w);
         // Both densities are positive and finite, so the log is finite.
         let error = (small / main).ln();
@@ -282,7 +282,7 @@ impl Climber {
         // Every close starts the counts over, the first ones included (what came before the
         // first period, and during it, counts in none).
         let visits = self.visits.swap(0, Ordering::Relaxed);
-        let window_hits = self.window_hits.swap(0, Ordering::Relaxed);
+        let small_hits = self.small_hits.swap(0, Ordering::Relaxed);
         if !begun {
             return false;
         }
@@ -293,7 +293,7 @@ impl Climber {
             self.close_watch(rate - last, visits);
         }
         let share = self.share.load(Ordering::Relaxed);
-        self.shift(self.steer(share, period_hits, window_hits));
+        self.shift(self.steer(share, period_hits, small_hits));
         true
     }
 }
@@ -366,10 +366,10 @@ mod tests {
             "a period not yet full"
         );
         f.c.count_pass(0, 0, 7);
-        assert_eq!(f.c.window_hits(), 7);
+        assert_eq!(f.c.small_hits(), 7);
         f.periods(&[0.5]);
         assert!(f.c.rate.load(Ordering::Relaxed) == 0.5f64.to_bits());
-        assert_eq!(f.c.window_hits(), 0, "each close starts over");
+        assert_eq!(f.c.small_hits(), 0, "each close starts over");
     }
 
     #[test]
@@ -429,27 +429,27 @@ mod tests {
     }
 
     #[test]
-    fn window_is_within_one_and_the_capacity() {
+    fn the_small_room_is_within_one_and_the_capacity() {
         let c = Climber::new(1_000, T);
-        assert_eq!(c.window(0), 0);
-        assert_eq!(c.window(1), 1);
-        assert_eq!(c.window(10), 1);
+        assert_eq!(c.small_room(0), 0);
+        assert_eq!(c.small_room(1), 1);
+        assert_eq!(c.small_room(10), 1);
         assert_eq!(
-            c.window(100_000),
+            c.small_room(100_000),
             (100_000 * u64::from(T.initial_share)) >> 16
         );
-        assert!(c.window(u64::MAX) < u64::MAX / 9);
+        assert!(c.small_room(u64::MAX) < u64::MAX / 9);
         let small = Climber::new(100, T);
         small.share.store(T.min_share, Ordering::Relaxed);
         assert_eq!(
-            small.window(100),
+            small.small_room(100),
             4,
             "four entries' worth, above the 1% share"
         );
         let tiny = Climber::new(8, T);
         tiny.share.store(T.min_share, Ordering::Relaxed);
-        assert_eq!(tiny.window(8), 2, "a quarter of a smaller capacity");
-        assert_eq!(small.window(1_000), 40, "a heavier entry's four");
+        assert_eq!(tiny.small_room(8), 2, "a quarter of a smaller capacity");
+        assert_eq!(small.small_room(1_000), 40, "a heavier entry's four");
     }
 
     /// A climber whose last period hit at `start`, then one period per `(rate, visits,
@@ -623,7 +623,7 @@ mod tests {
                 let share = (window as u32).clamp(T.min_share, T.max_share);
                 let moved = Climber::new(100, T).steer(share, hits, window);
                 prop_assert!(moved.abs() <= most);
-                prop_assert!(c.window(jump) <= jump);
+                prop_assert!(c.small_room(jump) <= jump);
                 prop_assert!(c.watch.load(Ordering::Relaxed) <= T.moved_watch);
             }
         }

@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::{sketch, uncount, PassLimit, Queued, S3Fifo, DOOR_VICTIMS};
+use super::{sketch, uncount, EvictionPolicy, Pass, Queued, DOOR_VICTIMS};
 use crate::sync::Ordering;
 
 /// The part of a victim's estimate `est` that counts against a candidate taking `taken` of
@@ -41,7 +41,7 @@ pub(super) struct Victims<T, const N: usize> {
     /// Their weight.
     pub(super) freed: u64,
     /// Their estimates, each in proportion to the part of its weight the candidate takes
-    /// (see [`gather`](S3Fifo::gather)), summed.
+    /// (see [`gather`](EvictionPolicy::gather)), summed.
     pub(super) against: u64,
     /// How many of them are at the sketch's ceiling.
     at_ceiling: usize,
@@ -72,7 +72,7 @@ impl<T: Queued, const N: usize> Victims<T, N> {
 
     /// Puts them back at the main queue's head, in their order (**P10**: a duel lost
     /// displaces nothing).
-    pub(super) fn restore(self, queues: &S3Fifo<T>) {
+    pub(super) fn restore(self, queues: &EvictionPolicy<T>) {
         self.drain().for_each(|v| queues.front.push(v));
     }
 
@@ -83,7 +83,7 @@ impl<T: Queued, const N: usize> Victims<T, N> {
     }
 }
 
-impl<T: Queued> S3Fifo<T> {
+impl<T: Queued> EvictionPolicy<T> {
     /// Whether a newcomer of `weight` may be heavier than the small queue's room under
     /// `capacity`, and so worth asking the door about: that room is at least the least share
     /// of the capacity and at least 1, so most newcomers of most caches are known light
@@ -110,7 +110,7 @@ impl<T: Queued> S3Fifo<T> {
         need: u64,
         estimate: u64,
         most: u8,
-        limit: &PassLimit<'_, T>,
+        limit: &Pass<'_, T>,
     ) -> Victims<T, N> {
         let most = usize::from(most).min(N);
         let mut v = Victims {
@@ -138,10 +138,10 @@ impl<T: Queued> S3Fifo<T> {
     /// Judges a newcomer of `hash` and `weight` that needs `need` more than the room left
     /// under `capacity` (**P10**).
     pub(crate) fn door(&self, hash: u64, weight: u64, need: u64, capacity: u64) -> Door<T> {
-        if weight <= self.climber.window(capacity) || need == 0 || self.memory.get().is_none() {
+        if weight <= self.climber.small_room(capacity) || need == 0 || self.memory.get().is_none() {
             return Door::Open;
         }
-        let limit = PassLimit::new(self);
+        let limit = Pass::new(self);
         // The miss that brought it counts, as it would at its admission.
         let estimate = limit.estimate(hash) + 1;
         let most = self.tuning.door_victims;

@@ -5,10 +5,10 @@
 #![forbid(unsafe_code)]
 
 use super::near::Left;
-use super::{push, subtract, uncount, PassLimit, Queued, S3Fifo, DUEL_VICTIMS};
+use super::{push, subtract, uncount, EvictionPolicy, Pass, Queued, DUEL_VICTIMS};
 use crate::sync::Ordering;
 
-impl<T: Queued> S3Fifo<T> {
+impl<T: Queued> EvictionPolicy<T> {
     /// Decides where an entry leaving the small queue goes; returns the entry to evict (the
     /// leaver or the main queue's victim), or `None` if the leaver moved to the main queue
     /// without displacing anything.
@@ -23,16 +23,11 @@ impl<T: Queued> S3Fifo<T> {
     /// - Any other leaver fills the main queue's room under `main_capacity`, unless room made
     ///   by evictions without a duel is owed (**P7**): then it must beat the victim for it.
     /// - One hit `promote_hits` times in the small queue, or remembered by the ghost and hit
-    ///   there, moves to the main queue whatever it holds: it proved itself within a window.
+    ///   there, moves to the main queue whatever it holds: it proved itself while new.
     /// - Otherwise the duel: the leaver takes its victims' places only if the sketch counts it
     ///   more often than them all (`door.rs`); a tie keeps the incumbents at the main queue's
     ///   head for the next duel.
-    pub(super) fn leave_small(
-        &self,
-        c: T,
-        main_capacity: u64,
-        limit: &PassLimit<'_, T>,
-    ) -> Option<T> {
+    pub(super) fn leave_small(&self, c: T, main_capacity: u64, limit: &Pass<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
         limit.record(c.hash(), accesses);
         limit.left_small(hits);
@@ -114,7 +109,7 @@ impl<T: Queued> S3Fifo<T> {
     /// sketch estimates it more frequent than the main queue's victim, which keeps the head
     /// either way; a winner pays its weight off the debt. Returns the entry to evict (the
     /// loser), or `None` if the leaver moved to the main queue.
-    fn win_room(&self, c: T, limit: &PassLimit<'_, T>, left: Left) -> Option<T> {
+    fn win_room(&self, c: T, limit: &Pass<'_, T>, left: Left) -> Option<T> {
         let Some(v) = self.main_victim(limit) else {
             self.move_to_main(c);
             return None;
@@ -132,7 +127,7 @@ impl<T: Queued> S3Fifo<T> {
 
     /// Takes a small-queue leaver off the queue's total and remembers it in the ghost, dated
     /// by the small queue's clock when it `left` (**P9**).
-    fn evict_small(&self, c: T, limit: &PassLimit<'_, T>, left: Left) -> T {
+    fn evict_small(&self, c: T, limit: &Pass<'_, T>, left: Left) -> T {
         uncount(&self.small_weight, &c);
         limit.remember(c.hash(), left);
         c
@@ -143,7 +138,7 @@ impl<T: Queued> S3Fifo<T> {
     /// **P8**). The main queue's total moves by the difference of their weights only: moved
     /// in whole before the victim's weight came off, it read over the queue's share for an
     /// instant, and a concurrent evictor that read it then took a main entry without a duel.
-    fn swap_into_main(&self, c: T, first: T, by_one: bool, limit: &PassLimit<'_, T>) -> T {
+    fn swap_into_main(&self, c: T, first: T, by_one: bool, limit: &Pass<'_, T>) -> T {
         // The victim leaves the main queue: its clock moves, and dates it in the ghost (P9).
         let left = self.climber.depart(true);
         // Linked before the winner is queued, where an evictor may visit it (P8).

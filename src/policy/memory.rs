@@ -1,10 +1,10 @@
 //! What the policy remembers beyond the entries it holds (the frequency sketch and the ghost
-//! of evicted hashes, **P4**), and one eviction pass's view of it ([`PassLimit`]).
+//! of evicted hashes, **P4**), and one eviction pass's view of it ([`Pass`]).
 
 use super::meta::Queued;
 use super::near::{Left, STAMP_BITS};
 use super::sketch::Sketch;
-use super::{S3Fifo, Tuning};
+use super::{EvictionPolicy, Tuning};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::cell::Cell;
 
@@ -38,13 +38,13 @@ pub(super) enum Recall {
     Displaced,
 }
 
-/// How many entries one pass of [`S3Fifo::victim`] (and each main-queue search in it) may
+/// How many entries one pass of [`EvictionPolicy::victim`] (and each main-queue search in it) may
 /// look at. Every entry can be passed over at most `MAX_FREQ + 1` times before it is evicted,
 /// so the limit only stops a pass that other threads keep refilling: four times the queued
 /// entries, plus 16. Counting the queues reads their shared ends, so it is counted only once
 /// a pass has taken 16 steps, which few do.
-pub(super) struct PassLimit<'a, T> {
-    queues: &'a S3Fifo<T>,
+pub(super) struct Pass<'a, T> {
+    queues: &'a EvictionPolicy<T>,
     counted: Cell<Option<usize>>,
     /// The sketch and the ghost, read once per pass (**P4**).
     pub(super) memory: Option<&'a Memory>,
@@ -57,14 +57,14 @@ pub(super) struct PassLimit<'a, T> {
     idle: Cell<u32>,
     /// Hits of the entries this pass took off the small queue, handed to the climber with
     /// the visits.
-    window_hits: Cell<u64>,
+    small_hits: Cell<u64>,
 }
 
-impl<'a, T: Queued> PassLimit<'a, T> {
+impl<'a, T: Queued> Pass<'a, T> {
     /// The steps every pass may take without counting.
     const FREE: usize = 16;
 
-    pub(super) fn new(queues: &'a S3Fifo<T>) -> Self {
+    pub(super) fn new(queues: &'a EvictionPolicy<T>) -> Self {
         Self {
             queues,
             counted: Cell::new(None),
@@ -72,7 +72,7 @@ impl<'a, T: Queued> PassLimit<'a, T> {
             aging: queues.climber.aging(),
             visits: Cell::new(0),
             idle: Cell::new(0),
-            window_hits: Cell::new(0),
+            small_hits: Cell::new(0),
         }
     }
 
@@ -93,8 +93,8 @@ impl<'a, T: Queued> PassLimit<'a, T> {
 
     /// Counts the `hits` an entry leaving the small queue had while in it.
     pub(super) fn left_small(&self, hits: u8) {
-        self.window_hits
-            .set(self.window_hits.get().saturating_add(u64::from(hits)));
+        self.small_hits
+            .set(self.small_hits.get().saturating_add(u64::from(hits)));
     }
 
     /// Adds `n` accesses of `hash` to the sketch, once there is one (**P4**).
@@ -167,11 +167,11 @@ impl<'a, T: Queued> PassLimit<'a, T> {
     }
 }
 
-impl<T> Drop for PassLimit<'_, T> {
+impl<T> Drop for Pass<'_, T> {
     fn drop(&mut self) {
         self.queues
             .climber
-            .count_pass(self.visits.get(), self.idle.get(), self.window_hits.get());
+            .count_pass(self.visits.get(), self.idle.get(), self.small_hits.get());
     }
 }
 

@@ -1,15 +1,19 @@
-//! The policy's state in each entry (a byte of frequency and hit count, and the queued
-//! flag, **P1**), and what the policy asks of a queued entry.
+//! The policy's state in each entry (a byte of frequency, hit count and marks, the stage of
+//! a cold admission, and the queued flag, **P1**), and what the policy asks of a queued entry.
 
 use crate::sync::{AtomicBool, AtomicU8, Ordering};
 use std::cell::Cell;
 
-/// The highest frequency an entry records.
+/// The highest frequency an entry records (the state byte's bits 0–1).
 pub(super) const MAX_FREQ: u8 = 3;
+/// The state byte's bits of the frequency.
+const FREQ: u8 = MAX_FREQ;
 /// The most hits an entry counts between two visits of the policy (4 bits).
 pub(super) const MAX_HITS: u8 = 15;
-/// The meta byte of an entry whose frequency and hit count are both at their maxima.
-const SATURATED: u8 = MAX_FREQ | MAX_HITS << 2;
+/// Where the hit count starts in the state byte (bits 2–5).
+const HITS_SHIFT: u32 = 2;
+/// The state byte of an entry whose frequency and hit count are both at their maxima.
+const SATURATED: u8 = MAX_FREQ | MAX_HITS << HITS_SHIFT;
 /// The meta bit of an entry admitted while the cache was under half full, whose admission
 /// the sketch has not recorded yet: the policy's first visit records it with the hits.
 pub(super) const UNRECORDED: u8 = 1 << 6;
@@ -22,12 +26,13 @@ const MARKS: u8 = UNRECORDED | WON_BY_ONE;
 /// Per-entry policy state, kept in the table's node.
 #[derive(Debug)]
 pub(crate) struct EntryMeta {
-    /// Bits 0–1: the CLOCK frequency (0..=`MAX_FREQ`); bits 2–5: hits since the policy last
-    /// visited the entry (0..=`MAX_HITS`), which the visit adds to the sketch; bit 6:
-    /// [`UNRECORDED`]; bit 7: [`WON_BY_ONE`].
-    pub(super) freq: AtomicU8,
+    /// The state byte. Bits 0–1: the CLOCK frequency (0..=`MAX_FREQ`); bits 2–5: hits since
+    /// the policy last visited the entry (0..=`MAX_HITS`), which the visit adds to the
+    /// sketch; bit 6: [`UNRECORDED`]; bit 7: [`WON_BY_ONE`]. Read and written through the
+    /// methods below only.
+    state: AtomicU8,
     /// Whether the entry was ever queued (**P1**): set once, by the one caller whose swap
-    /// turns it on, which then queues the entry. A byte of its own: `touch` writes `freq`
+    /// turns it on, which then queues the entry. A byte of its own: `touch` writes `state`
     /// with a plain store, which could lose a bit set beside it.
     queued: AtomicBool,
     /// For an entry admitted while the cache was under half full: how full it was then, in
@@ -40,10 +45,20 @@ pub(crate) struct EntryMeta {
 impl EntryMeta {
     pub(crate) fn new() -> Self {
         Self {
-            freq: AtomicU8::new(0),
+            state: AtomicU8::new(0),
             queued: AtomicBool::new(false),
             stage: AtomicU8::new(0),
         }
+    }
+
+    /// Starts the state of an entry being admitted: no hits, the frequency `freq` (1 for a
+    /// hash the ghost remembered, else 0), and the [`UNRECORDED`] mark if the sketch has not
+    /// heard the admission.
+    pub(super) fn start(&self, freq: u8, unrecorded: bool) {
+        let mark = if unrecorded { UNRECORDED } else { 0 };
+        // Relaxed: see `touch`; written before the entry is queued.
+        self.state
+            .store(freq.min(MAX_FREQ) | mark, Ordering::Relaxed);
     }
 
     /// Records the stage of a cold admission (**P6**).
@@ -78,35 +93,39 @@ impl EntryMeta {
     pub(crate) fn touch(&self) {
         // Relaxed: a frequency hint; a lost update (a hit racing the evictor's `fetch_and`,
         // say) only costs precision.
-        let b = self.freq.load(Ordering::Relaxed);
+        let b = self.state.load(Ordering::Relaxed);
         if b & !MARKS == SATURATED {
             return;
         }
-        let (f, h) = (b & 3, b >> 2 & MAX_HITS);
-        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << 2 | b & MARKS;
+        let (f, h) = (b & FREQ, b >> HITS_SHIFT & MAX_HITS);
+        let next = (f + 1).min(MAX_FREQ) | (h + 1).min(MAX_HITS) << HITS_SHIFT | b & MARKS;
         if next != b {
-            self.freq.store(next, Ordering::Relaxed);
+            self.state.store(next, Ordering::Relaxed);
         }
     }
 
+    /// The CLOCK frequency.
     pub(super) fn freq(&self) -> u8 {
         // Relaxed: see `touch`.
-        self.freq.load(Ordering::Relaxed) & 3
+        self.state.load(Ordering::Relaxed) & FREQ
     }
 
+    /// Sets the CLOCK frequency to `f`, keeping the hit count and the marks.
     pub(super) fn set_freq(&self, f: u8) {
-        // Relaxed: see `touch`. Keeps the hit count.
+        // Relaxed: see `touch`.
         let _ = self
-            .freq
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b & !3 | f));
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b & !FREQ | f.min(MAX_FREQ))
+            });
     }
 
     /// Takes the hits counted since the last visit: returns them, and the accesses the sketch
     /// has not recorded yet (the hits, plus the admission of an entry admitted cold).
     pub(super) fn take_hits(&self) -> (u8, u64) {
         // Relaxed: see `touch`.
-        let b = self.freq.fetch_and(3 | WON_BY_ONE, Ordering::Relaxed);
-        let hits = b >> 2 & MAX_HITS;
+        let b = self.state.fetch_and(FREQ | WON_BY_ONE, Ordering::Relaxed);
+        let hits = b >> HITS_SHIFT & MAX_HITS;
         (hits, u64::from(hits) + u64::from(b & UNRECORDED != 0))
     }
 
@@ -114,15 +133,15 @@ impl EntryMeta {
     pub(super) fn mark_won_by_one(&self) {
         // Relaxed: see `touch`. A hit's plain store racing this can lose the mark, which
         // only leaves one win unmeasured.
-        self.freq.fetch_or(WON_BY_ONE, Ordering::Relaxed);
+        self.state.fetch_or(WON_BY_ONE, Ordering::Relaxed);
     }
 
     /// Clears the entry's [`WON_BY_ONE`] mark; `true` if it was set.
     pub(super) fn settle_won_by_one(&self) -> bool {
         // Relaxed: see `touch`. Read first, so that the visits of unmarked entries (nearly
         // all) write nothing more.
-        self.freq.load(Ordering::Relaxed) & WON_BY_ONE != 0
-            && self.freq.fetch_and(!WON_BY_ONE, Ordering::Relaxed) & WON_BY_ONE != 0
+        self.state.load(Ordering::Relaxed) & WON_BY_ONE != 0
+            && self.state.fetch_and(!WON_BY_ONE, Ordering::Relaxed) & WON_BY_ONE != 0
     }
 }
 
@@ -132,7 +151,7 @@ crate::sync::local_key! {
 }
 
 crate::sync::local_key! {
-    /// The calling thread's evictions, modulo the climber's pace (see `S3Fifo::adapt_due`).
+    /// The calling thread's evictions, modulo the climber's pace (see `EvictionPolicy::adapt_due`).
     pub(super) static EVICTS: Cell<u32> = Cell::new(0);
 }
 
@@ -159,6 +178,6 @@ pub(crate) trait Queued {
     fn hash(&self) -> u64;
     /// Whether the entry still holds a cached value.
     fn is_cached(&self) -> bool;
-    /// The entry's identity (its address), for [`S3Fifo::validate`].
+    /// The entry's identity (its address), for [`EvictionPolicy::validate`](super::EvictionPolicy::validate).
     fn id(&self) -> usize;
 }

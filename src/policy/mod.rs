@@ -43,7 +43,7 @@
 //!   admitted before, or by a thread that read the switch late, stay unclaimed until the
 //!   engine enlists them: it sweeps its tables a step per admission once the switch is on,
 //!   and sweeps them whole when the queues give no victim while entries are cached, or look
-//!   short of the cache ([`S3Fifo::short_of`]) before one whole sweep has run with the
+//!   short of the cache ([`EvictionPolicy::short_of`]) before one whole sweep has run with the
 //!   switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued, or
 //!   unclaimed and reached by the sweep; eviction never misses an entry for good.
 //! - **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
@@ -55,7 +55,7 @@
 //!   so a stale or torn view only sizes a decision by the previous period, and hits counted
 //!   into the next period only move one period's share by their weight.
 //! - **P4 (sized once, late).** The sketch and the ghost are published once, by the one
-//!   evictor that claims their sizing ([`S3Fifo::prepare`], a `SetOnce`): it allocates them
+//!   evictor that claims their sizing ([`EvictionPolicy::prepare`], a `SetOnce`): it allocates them
 //!   for the entries the cache holds at its first eviction, and no other thread waits for
 //!   it. Until they are published the policy runs without them: an admission is marked
 //!   `UNRECORDED` (its first visit records it, as for a cold one), the ghost remembers
@@ -106,7 +106,7 @@
 //!   (it lost, or the queue was too short to judge by) or all leave the main queue's total
 //!   and pass to the caller to evict (it won, and joins the main queue at its admission).
 //!   So a newcomer turned away displaced nothing, and a victim another thread removed
-//!   meanwhile only frees less. The window it is judged by is a hint, like the share (P3).
+//!   meanwhile only frees less. The small queue's room it is judged by is a hint, like the share (P3).
 
 #![forbid(unsafe_code)]
 
@@ -124,9 +124,9 @@ mod upkeep;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Queue, SetOnce};
 use climb::Climber;
 pub(crate) use door::Door;
-use memory::{Memory, PassLimit, Recall};
+use memory::{Memory, Pass, Recall};
 pub(crate) use meta::{tick, EntryMeta, Queued};
-use meta::{ADMITS, EVICTS, UNRECORDED};
+use meta::{ADMITS, EVICTS};
 use narrow::NarrowWins;
 pub use tuning::Tuning;
 #[cfg(feature = "tuning")]
@@ -153,7 +153,7 @@ fn stage(size: u64, capacity: u64, stages: u8) -> u8 {
 }
 
 /// The S3-FIFO queues of one cache.
-pub(crate) struct S3Fifo<T> {
+pub(crate) struct EvictionPolicy<T> {
     small: Queue<T>,
     main: Queue<T>,
     /// Main-queue victims that won their admission duel: they keep the head of the main
@@ -185,7 +185,7 @@ pub(crate) struct S3Fifo<T> {
     tuning: &'static Tuning,
 }
 
-impl<T: Queued> S3Fifo<T> {
+impl<T: Queued> EvictionPolicy<T> {
     /// Queues for a cache guessed to hold about `entries` entries. The guess sizes the
     /// sketch and the ghost only if the cache cannot tell better at its first eviction (see
     /// [`prepare`](Self::prepare)); nothing is allocated for them before.
@@ -235,13 +235,13 @@ impl<T: Queued> S3Fifo<T> {
     /// The sketch's estimate of `hash`'s recent accesses; 0 before there is a sketch.
     #[cfg(test)]
     fn estimate(&self, hash: u64) -> u64 {
-        PassLimit::new(self).estimate(hash)
+        Pass::new(self).estimate(hash)
     }
 
     /// Adds `n` accesses of `hash` to the sketch, once there is one.
     #[cfg(test)]
     fn record(&self, hash: u64, n: u64) {
-        PassLimit::new(self).record(hash, n);
+        Pass::new(self).record(hash, n);
     }
 
     /// Records the admission of an entry whose value was just published, and says whether it
@@ -250,14 +250,14 @@ impl<T: Queued> S3Fifo<T> {
     /// half full.
     ///
     /// A cache under half full evicts nothing soon, so its admissions skip the sketch and
-    /// the ghost (up to five cache misses): the entry is marked [`UNRECORDED`], and the
+    /// the ghost (up to five cache misses): the entry is marked [`UNRECORDED`](meta::UNRECORDED), and the
     /// policy's first visit records the admission in the sketch with the entry's hits, as
     /// it does before the sketch exists (**P4**). Nor are such entries queued until the first
     /// admission of a warm cache turns [`queueing`](Self::queueing) on for good (**P2**):
     /// a cache that never fills half its capacity pays nothing for an eviction order it
     /// never uses. The engine enlists the entries admitted before ([`enlist`](Self::enlist)).
     pub(crate) fn admit(&self, meta: &EntryMeta, hash: u64, warm: bool) -> bool {
-        let meta_bits = match self.memory.get() {
+        let (freq, unrecorded) = match self.memory.get() {
             Some(m) if warm => {
                 // The miss that led here counts as an access.
                 m.sketch.add(hash, 1);
@@ -274,22 +274,21 @@ impl<T: Queued> S3Fifo<T> {
                     self.climber.returned(left);
                 }
                 match recall {
-                    Recall::Forgotten => 0,
-                    Recall::Evicted => 1,
+                    Recall::Forgotten => (0, false),
+                    Recall::Evicted => (1, false),
                     Recall::Displaced => {
                         if m.settle(hash) {
                             self.narrow.returned();
                         }
-                        1
+                        (1, false)
                     }
                 }
             }
             // Cold, or before the first eviction: the policy's first visit records the
             // admission.
-            _ => UNRECORDED,
+            _ => (0, true),
         };
-        // Relaxed: see `touch`.
-        meta.freq.store(meta_bits, Ordering::Relaxed);
+        meta.start(freq, unrecorded);
         if !self.queueing() {
             if !warm {
                 return false;
@@ -313,8 +312,7 @@ impl<T: Queued> S3Fifo<T> {
     ) -> bool {
         if judged {
             // The door recorded its miss and made its room in the main queue (P10).
-            // Relaxed: see `touch`.
-            meta.freq.store(0, Ordering::Relaxed);
+            meta.start(0, false);
             return meta.claim();
         }
         let warm = size >= capacity / 2;
@@ -458,7 +456,7 @@ impl<T: Queued> S3Fifo<T> {
     /// through for another round keep counting too. Otherwise a concurrent evictor would see
     /// the main queue short of what it holds, find "room" that is not there, and let
     /// newcomers in without their duel.
-    fn main_victim(&self, limit: &PassLimit<'_, T>) -> Option<T> {
+    fn main_victim(&self, limit: &Pass<'_, T>) -> Option<T> {
         let mut steps = 0;
         while limit.allows(steps) {
             steps += 1;
@@ -495,7 +493,7 @@ impl<T: Queued> S3Fifo<T> {
 
     /// Takes the victim [`main_victim`](Self::main_victim) chose off the main queue's total
     /// and remembers it in the ghost.
-    fn evict_main(&self, v: T, limit: &PassLimit<'_, T>) -> T {
+    fn evict_main(&self, v: T, limit: &Pass<'_, T>) -> T {
         uncount(&self.main_weight, &v);
         limit.remember(v.hash(), self.climber.depart(true));
         v
@@ -505,8 +503,8 @@ impl<T: Queued> S3Fifo<T> {
     /// value. The caller removes it from the table (which may fail if another thread removed
     /// it first; then it asks again).
     pub(crate) fn victim(&self, capacity: u64) -> Option<T> {
-        let limit = PassLimit::new(self);
-        let window = self.climber.window(capacity);
+        let limit = Pass::new(self);
+        let small_room = self.climber.small_room(capacity);
         let mut steps = 0;
         while limit.allows(steps) {
             steps += 1;
@@ -516,7 +514,7 @@ impl<T: Queued> S3Fifo<T> {
             // their way to the small queue: then the small queue looks light and the main
             // queue loses entries without a duel.) Relaxed: a queue-size hint.
             let main_over =
-                self.main_weight.load(Ordering::Relaxed) > capacity.saturating_sub(window);
+                self.main_weight.load(Ordering::Relaxed) > capacity.saturating_sub(small_room);
             if !main_over || (self.main.is_empty() && self.front.is_empty()) {
                 // The leaver's weight stays in the small queue's total until `leave_small`
                 // decides where it goes, as `main_victim` explains for the main queue.
@@ -525,7 +523,7 @@ impl<T: Queued> S3Fifo<T> {
                         uncount(&self.small_weight, &c);
                         continue;
                     }
-                    match self.leave_small(c, capacity.saturating_sub(window), &limit) {
+                    match self.leave_small(c, capacity.saturating_sub(small_room), &limit) {
                         Some(e) => return Some(e),
                         None => continue,
                     }

@@ -13,7 +13,7 @@
 //! are hit soon after they arrive earns much per entry, though its last entries earn nothing, and
 //! its room is better spent in the main queue (the LIRS programs, Zipf); a main queue whose proven
 //! entries keep their hits while the rest of it sits idle earns much per entry too, though a larger
-//! window would turn its idle room into hits (the CPU traces, OLTP, sprite); `docs/EXPERIMENTS.md`
+//! small queue would turn its idle room into hits (the CPU traces, OLTP, sprite); `docs/EXPERIMENTS.md`
 //! has the measurements.
 //!
 //! Nothing here is written on a hit: a departure is a relaxed load and store of its queue's

@@ -55,7 +55,7 @@ fn heavy(hash: u64, weight: u64) -> Arc<Entry> {
 
 /// Admits `e` as the engine does: records the admission, and queues the entry if the policy
 /// says it joins the queues; `live` is the cache's entry count the compaction check sees.
-fn admit(p: &S3Fifo<Arc<Entry>>, e: Arc<Entry>, warm: bool, live: usize) {
+fn admit(p: &EvictionPolicy<Arc<Entry>>, e: Arc<Entry>, warm: bool, live: usize) {
     if p.admit(&e.meta, e.hash, warm) {
         p.enqueue(e, false, || live);
     }
@@ -109,15 +109,15 @@ fn a_cache_under_half_full_defers_the_sketch_to_the_first_visit_and_skips_the_gh
 
 /// A policy for `entries` entries whose cache has evicted already: its sketch and ghost
 /// sized (P4), as the first eviction leaves them.
-fn evicted(entries: usize) -> S3Fifo<Arc<Entry>> {
-    let p = S3Fifo::new(entries, T);
+fn evicted(entries: usize) -> EvictionPolicy<Arc<Entry>> {
+    let p = EvictionPolicy::new(entries, T);
     p.prepare(|| None);
     p
 }
 
 /// A capacity-10 policy with `main` in the main queue, each seen twice (a miss and a
 /// hit), then `small` fresh entries in the small queue.
-fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> S3Fifo<Arc<Entry>> {
+fn full(main: std::ops::Range<u64>, small: std::ops::Range<u64>) -> EvictionPolicy<Arc<Entry>> {
     let p = evicted(64);
     for h in main {
         let e = entry(h);
@@ -152,7 +152,7 @@ fn the_ghost_keeps_where_and_when_a_hash_left_beside_its_mark() {
         main: false,
         stamp: 3,
     };
-    PassLimit::new(&p).remember_displaced(v, h, early);
+    Pass::new(&p).remember_displaced(v, h, early);
     assert_eq!(m.recall_left(v), (Recall::Displaced, Some(early)));
     assert!(m.settle(v));
     assert!(!m.settle(v), "the mark comes off once");
@@ -171,7 +171,7 @@ fn evictions_are_dated_by_their_queue_and_their_returns_counted_near() {
     assert!(left.is_some_and(|l| !l.main), "{left:?}");
     admit(&p, entry(100), true, 1);
     // A main victim, back at once too.
-    let limit = PassLimit::new(&p);
+    let limit = Pass::new(&p);
     let v = p.main_victim(&limit).unwrap();
     let v = p.evict_main(v, &limit);
     let (_, left) = m.recall_left(v.hash);
@@ -185,7 +185,7 @@ fn a_full_main_queue_admits_only_leavers_more_frequent_than_its_victim() {
     // Nine main entries fill the main queue's share of capacity 10 (the small queue starts
     // at the least share, one entry here).
     let p = full(0..9, 100..102);
-    assert_eq!(p.climber.window(10), 1);
+    assert_eq!(p.climber.small_room(10), 1);
     assert_eq!(p.main.len(), 9);
     // Both leavers were hit once, so they may duel (popped and pushed back in order).
     for _ in 0..2 {
@@ -242,7 +242,7 @@ fn a_heavy_leaver_must_outweigh_all_the_victims_it_would_displace() {
 
 /// The door's verdict on `hash` of `weight` needing `need` under capacity 100 (P10), as the
 /// hashes of its victims for an admission.
-fn door(p: &S3Fifo<Arc<Entry>>, hash: u64, weight: u64, need: u64) -> Option<Vec<u64>> {
+fn door(p: &EvictionPolicy<Arc<Entry>>, hash: u64, weight: u64, need: u64) -> Option<Vec<u64>> {
     match p.door(hash, weight, need, 100) {
         Door::Open => None,
         Door::Refuse => Some(Vec::new()),
@@ -252,21 +252,17 @@ fn door(p: &S3Fifo<Arc<Entry>>, hash: u64, weight: u64, need: u64) -> Option<Vec
 
 #[test]
 fn a_newcomer_heavier_than_the_small_queue_is_judged_against_the_victims_it_would_displace() {
-    // Capacity 100, a window of 9 at the starting share; 90 main entries of weight 1, each
+    // Capacity 100, a small queue's room of 9 at the starting share; 90 main entries of weight 1, each
     // seen twice.
     let p = evicted(100);
     for h in 0..90 {
         p.record(h, 2);
         push(&p.main, &p.main_weight, entry(h));
     }
-    assert_eq!(p.climber.window(100), 9);
-    assert_eq!(
-        door(&p, 500, 9, 9),
-        None,
-        "within the window: the small queue's"
-    );
+    assert_eq!(p.climber.small_room(100), 9);
+    assert_eq!(door(&p, 500, 9, 9), None, "within the small queue's room");
     assert_eq!(door(&p, 500, 20, 0), None, "it fits: nothing to judge");
-    // Heavier than the window and needing 3: it must outcount three victims at 2 each.
+    // Heavier than the small queue's room and needing 3: it must outcount three victims at 2 each.
     p.record(500, 4);
     assert_eq!(
         door(&p, 500, 20, 3),
@@ -416,7 +412,7 @@ fn entries_hit_twice_in_the_small_queue_skip_the_duel() {
     e.meta.touch();
     e.meta.touch();
     p.record(0, 10);
-    // 100 leaves first, never hit, and is evicted; 101 was hit twice in the window, so it
+    // 100 leaves first, never hit, and is evicted; 101 was hit twice in the small queue, so it
     // moves to the main queue although victim 0 is far more frequent, and 0 is evicted
     // for it.
     assert_eq!(p.victim(10).unwrap().hash, 100);
@@ -607,7 +603,7 @@ fn a_leaver_never_hit_fills_room_in_the_main_queue_only_if_seen_before() {
 
 #[test]
 fn the_sketch_and_ghost_are_sized_once_before_the_first_eviction() {
-    let p = S3Fifo::<Arc<Entry>>::new(64, T);
+    let p = EvictionPolicy::<Arc<Entry>>::new(64, T);
     let (cold, warm) = (entry(1), entry(2));
     admit(&p, cold.clone(), false, 1);
     admit(&p, warm.clone(), true, 2);
@@ -623,10 +619,10 @@ fn the_sketch_and_ghost_are_sized_once_before_the_first_eviction() {
     assert_eq!((p.estimate(1), p.estimate(2)), (0, 1));
 
     // A cache that cannot tell keeps the guess; one that holds more than the most is capped.
-    let guessed = S3Fifo::<Arc<Entry>>::new(64, T);
+    let guessed = EvictionPolicy::<Arc<Entry>>::new(64, T);
     guessed.prepare(|| None);
     assert_eq!(guessed.sized_for(), Some(64));
-    let huge = S3Fifo::<Arc<Entry>>::new(64, T);
+    let huge = EvictionPolicy::<Arc<Entry>>::new(64, T);
     huge.prepare(|| Some(u64::MAX));
     assert_eq!(huge.sized_for(), Some(T.max_entries));
 }
@@ -652,7 +648,7 @@ fn idle_main_entries_lose_their_sketch_counts_only_while_aging() {
         p.main.push(hit);
         // The queue is 2, 3, 0, 1. One pass: 2 is the first entry at frequency 0.
         let pass = |expected: u64| {
-            let limit = PassLimit::new(&p);
+            let limit = Pass::new(&p);
             let v = p.main_victim(&limit).unwrap();
             assert_eq!(v.hash, key(expected));
             v

@@ -21,8 +21,8 @@ macro_rules! tuning {
         /// The eviction policy's tuning values (see the module's documentation).
         ///
         /// Each field says what it trades; the shares are in 1/65,536 of the capacity.
-        /// Values are set by name with [`set`](Self::set), which checks each against its
-        /// range, and [`check`](Self::check)ed together when a cache is built.
+        /// Values are set by name with `set`, which checks each against its
+        /// range, and `check`ed together when a cache is built (both with the `tuning` feature).
         #[derive(Clone, Copy, Debug, PartialEq)]
         #[non_exhaustive]
         pub struct Tuning {

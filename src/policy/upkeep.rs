@@ -1,12 +1,12 @@
 //! The queues' upkeep: the compaction of entries removed from the table that still sit in
 //! a queue, and the bookkeeping check of a quiet cache.
 
-use super::{uncount, Queued, S3Fifo, COMPACT_STEP};
+use super::{uncount, EvictionPolicy, Queued, COMPACT_STEP};
 #[cfg(test)]
 use crate::sync::Queue;
 use crate::sync::{AtomicUsize, Ordering};
 
-impl<T: Queued> S3Fifo<T> {
+impl<T: Queued> EvictionPolicy<T> {
     /// Whether a compaction round is under way.
     pub(super) fn compacting(&self) -> bool {
         // Relaxed: a hint; a step that finds nothing left to claim does nothing.

@@ -9,7 +9,7 @@ use super::counter::{Counter, StatsBlock};
 use super::node::{hold, Node, NodeRef, View};
 use super::write::Take;
 use super::{RawCache, RemovalCause, Room};
-use crate::policy::{Door, S3Fifo};
+use crate::policy::{Door, EvictionPolicy};
 use crate::sync::{yield_now, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
 use std::hash::{BuildHasher, Hash};
@@ -76,7 +76,7 @@ impl Sweep {
 /// Enlists `node`'s entry in the policy's queues if it holds a cached value of some weight
 /// and was never queued (P1); whether it was queued here. An entry of weight 0 is never
 /// queued (I8).
-fn enlist<K, V>(policy: &S3Fifo<NodeRef<K, V>>, node: &Node<K, V>, guard: &Guard) -> bool {
+fn enlist<K, V>(policy: &EvictionPolicy<NodeRef<K, V>>, node: &Node<K, V>, guard: &Guard) -> bool {
     match node.view(guard) {
         // The node that holds the value: this one, or its replacement.
         View::Ready { node, .. } if node.acquired_weight() > 0 => {
@@ -211,7 +211,7 @@ where
     /// sweep of every table, and the queues asked once more.
     pub(super) fn evict_one(
         &self,
-        policy: &S3Fifo<NodeRef<K, V>>,
+        policy: &EvictionPolicy<NodeRef<K, V>>,
         capacity: u64,
         keep: u64,
     ) -> Option<u64> {
@@ -257,7 +257,7 @@ where
     /// it enlisted any. A walk that began with the queueing switch on settles the sweep:
     /// whatever it did not meet was admitted after it began, by an admission that claimed
     /// its entry itself.
-    fn enlist_all(&self, policy: &S3Fifo<NodeRef<K, V>>, guard: &Guard) -> bool {
+    fn enlist_all(&self, policy: &EvictionPolicy<NodeRef<K, V>>, guard: &Guard) -> bool {
         let queueing = policy.queueing();
         // `walk` finishes a migration in flight first, so every cached entry is in the
         // table it walks; `|` (not `||`) so that the sweep goes on past the first.
@@ -288,7 +288,7 @@ where
     }
 
     /// Records a node's admission; the policy if the node is to be queued (P2).
-    fn admission(&self, node: &Node<K, V>, judged: bool) -> Option<&S3Fifo<NodeRef<K, V>>> {
+    fn admission(&self, node: &Node<K, V>, judged: bool) -> Option<&EvictionPolicy<NodeRef<K, V>>> {
         let policy = self.policy.as_ref()?;
         let (size, capacity) = self.budget.snapshot();
         policy
@@ -298,7 +298,7 @@ where
 
     /// Queues an admitted node, and while the sweep that enlists the entries admitted cold
     /// is under way, takes a step of it.
-    fn enqueue(&self, policy: &S3Fifo<NodeRef<K, V>>, node: NodeRef<K, V>, judged: bool) {
+    fn enqueue(&self, policy: &EvictionPolicy<NodeRef<K, V>>, node: NodeRef<K, V>, judged: bool) {
         policy.enqueue(node, judged, || self.len());
         if !self.sweep.done() {
             self.sweep_step(policy);
@@ -312,7 +312,7 @@ where
     /// sixteen times that). Entries the sweep misses (a table migrating under it, an
     /// admission that read the switch late) are enlisted by the fallback in
     /// [`evict_one`](Self::evict_one).
-    fn sweep_step(&self, policy: &S3Fifo<NodeRef<K, V>>) {
+    fn sweep_step(&self, policy: &EvictionPolicy<NodeRef<K, V>>) {
         let n = self.sweep.claim();
         let shards = self.shards.len();
         let start = (n / shards).saturating_mul(SWEEP_STEP);

@@ -73,7 +73,7 @@ mod walk;
 pub(crate) mod word;
 mod write;
 
-use crate::policy::{S3Fifo, Tuning};
+use crate::policy::{EvictionPolicy, Tuning};
 use counter::{Budget, Counter, StatsBlock};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
@@ -99,7 +99,7 @@ pub const MAX_SHARDS: usize = 1 << 16;
 
 /// The most entries a cache sizes its tables for when it is built (2^20: 16 MiB of slots over
 /// all shards); a larger cache grows them as it fills. Also the policy's guess of its entries
-/// by count, for the rare cache that cannot tell at its first eviction (`policy::S3Fifo`'s
+/// by count, for the rare cache that cannot tell at its first eviction (`policy::EvictionPolicy`'s
 /// `prepare`).
 const EXPECTED_MAX: u64 = 1 << 20;
 
@@ -237,7 +237,7 @@ pub(crate) struct RawCache<K, V, S> {
     listener: Option<Listener<K, V>>,
     budget: Budget,
     /// The eviction policy; `None` when the cache rejects entries that do not fit.
-    policy: Option<S3Fifo<NodeRef<K, V>>>,
+    policy: Option<EvictionPolicy<NodeRef<K, V>>>,
     /// The policy's sweep of the tables once the cache is first half full (P2).
     sweep: evict::Sweep,
     /// Deadlines and the wheel that takes expired entries out; `None` when nothing expires.
@@ -293,7 +293,7 @@ where
             weigher,
             listener,
             budget: Budget::new(capacity),
-            policy: evict.then(|| S3Fifo::new(policy_entries as usize, &Tuning::DEFAULT)),
+            policy: evict.then(|| EvictionPolicy::new(policy_entries as usize, &Tuning::DEFAULT)),
             sweep: evict::Sweep::new(),
             expiry: None,
             domain,
@@ -519,7 +519,7 @@ where
     }
 
     pub(crate) fn small_share(&self) -> Option<f64> {
-        self.policy.as_ref().map(S3Fifo::small_share)
+        self.policy.as_ref().map(EvictionPolicy::small_share)
     }
 
     pub(crate) fn shard_count(&self) -> usize {

@@ -43,7 +43,7 @@ fn the_trust_score_stays_within_its_bound_and_turns_around_within_it() {
 
 /// Admits `hash` as a newcomer the ghost remembers (evicted, unmarked) and that the sketch
 /// counts at `estimate` with its miss.
-fn remembered(p: &S3Fifo<Arc<Entry>>, hash: u64, estimate: u64) -> Arc<Entry> {
+fn remembered(p: &EvictionPolicy<Arc<Entry>>, hash: u64, estimate: u64) -> Arc<Entry> {
     p.memory.get().unwrap().remember(
         hash,
         0,
@@ -102,9 +102,9 @@ fn a_narrow_win_marks_its_victim_whose_return_refuses_the_next_one_but_not_a_cle
 /// A capacity-2 policy (a main queue of one entry) whose main entry `victim` (estimated at
 /// 2) has just been displaced by `winner`, a leaver the ghost sent back, never hit, that won
 /// by one; returns the winner.
-fn one_narrow_win(victim: u64, winner: u64) -> (S3Fifo<Arc<Entry>>, Arc<Entry>) {
+fn one_narrow_win(victim: u64, winner: u64) -> (EvictionPolicy<Arc<Entry>>, Arc<Entry>) {
     let p = evicted(64);
-    assert_eq!(p.climber.window(2), 1);
+    assert_eq!(p.climber.small_room(2), 1);
     p.record(victim, 2);
     push(&p.main, &p.main_weight, entry(victim));
     let w = remembered(&p, winner, 3);
