@@ -312,7 +312,8 @@ impl Domain {
     ///
     /// Inlined, with everything but the remembered registration's check outlined into
     /// [`pin_slow`](Self::pin_slow): the calls and returns around a pin's locked instruction
-    /// would cost a third of a pin and unpin (`docs/DESIGN.md`, "Performance model").
+    /// would cost a third of a pin and unpin (`docs/EXPERIMENTS.md`, "Where the time goes, by
+    /// profile").
     #[inline(always)]
     pub(crate) fn pin(&self) -> (Guard, &StatsBlock) {
         match THREAD.try_with(|t| t.last.get(self.id)) {

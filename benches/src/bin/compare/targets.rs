@@ -127,9 +127,9 @@ pub(crate) fn targets(rows: &[Row], storm: (f64, u64)) -> String {
         ),
     ];
     // The last column says, for a target missed, why (measured apart from this run: the
-    // ceilings and the counts are in `docs/DESIGN.md`, "Where the targets stop").
+    // ceilings and the counts are in `docs/EXPERIMENTS.md`, "Where the targets stop").
     let mut out = String::from(
-        "| target | worst ratio in this run | | when missed: why (DESIGN.md, \"Where the targets stop\") |\n|---|---|---|---|\n",
+        "| target | worst ratio in this run | | when missed: why (EXPERIMENTS.md, \"Where the targets stop\") |\n|---|---|---|---|\n",
     );
     for (what, ratio, goal, why) in checks {
         if ratio.is_infinite() {
