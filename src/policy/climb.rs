@@ -32,6 +32,23 @@
 //! entry's hits are read from its meta when it leaves the queue. Each period is closed by
 //! exactly one thread, the one whose compare-and-swap moves the period's start; the others
 //! carry on with the share as it is, so no evictor waits for another (**P3**).
+//!
+//! **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
+//! evictor at a time moves: the thread whose compare-and-swap moves the sampling period's start
+//! closes the period and writes the new share; the others go on with the share they read.
+//! A pass counts the hits of the entries it takes off the small queue in its own
+//! cell and adds them to the period's count once, when it ends, as it does its visits (P5). The
+//! share stays within its bounds whatever the counts read, so a stale or torn view only sizes a
+//! decision by the previous period, and hits counted into the next period only move one
+//! period's share by their weight.
+//!
+//! **P5 (aging).** Aging is a hint, like the share: the evictor that closes a sampling period
+//! writes it (P3), and every pass reads it once. A pass counts its visits of main-queue entries
+//! in its own cells and adds them to the period's count once, when it ends (one
+//! read-modify-write per pass, none per entry, none on a hit). A stale read ages, or spares,
+//! the idle entries of one pass; a decay halves four counters with the sketch's own load and
+//! store, so like an addition it can be lost to a racing update but never takes a counter out
+//! of 0..=15.
 
 use super::near::{Left, NearReturns};
 use super::tuning::{Tuning, ONE};
@@ -206,7 +223,8 @@ impl Climber {
         self.entries.load(Ordering::Relaxed)
     }
 
-    /// Sizes the floor of the small queue's room and the sampling period for `entries` entries (**P4**).
+    /// Sizes the floor of the small queue's room and the sampling period for `entries` entries
+    /// (**P4**).
     pub(super) fn resize(&self, entries: u64) {
         // Relaxed: see `entries`.
         self.entries.store(entries, Ordering::Relaxed);

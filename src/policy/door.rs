@@ -5,6 +5,14 @@
 //! (the "aggregated victims" of Einziger, Eytan, Friedman and Manes, 2022, as moka admits);
 //! otherwise it is handed back uncached, having displaced nothing. A small-queue leaver's
 //! sized duel (`leave.rs`) gathers its victims the same way.
+//!
+//! **P10 (the door).** A newcomer heavier than the small queue's room is judged before its
+//! reservation takes anything: the main queue's victims it gathers are popped like
+//! a duel's, and either all go back to the main queue's head in their order (it lost, or the
+//! queue was too short to judge by) or all leave the main queue's total and pass to the caller
+//! to evict (it won, and joins the main queue at its admission). So a newcomer turned away
+//! displaced nothing, and a victim another thread removed meanwhile only frees less. The small
+//! queue's room it is judged by is a hint, like the share (P3).
 
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,15 @@
 //! Where an entry leaving the small queue goes: the main queue (its room, or a place won in
 //! the admission duel against the main queue's victims), or out of the cache. The queues
 //! themselves, and the order they are popped in, are in `mod.rs`.
+//!
+//! **P7 (owed room).** `owed` is a hint, like the share: an evictor that takes a main victim
+//! because the small queue was empty while the main queue was within its share adds the
+//! victim's weight, and a leaver that wins the main queue's room back through the comparison
+//! takes its own weight off (saturating at 0). Both are relaxed read-modify-writes on that path
+//! only, never on a hit or an admission. A stale read makes one leaver compare when it need
+//! not, or walk into the room when it should have compared: either places one entry less well.
+//! The count only gates that choice, so no value of it, stale or racing, can lose an entry or
+//! break the queues' totals.
 
 #![forbid(unsafe_code)]
 

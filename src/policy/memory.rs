@@ -1,5 +1,13 @@
 //! What the policy remembers beyond the entries it holds (the frequency sketch and the ghost
 //! of evicted hashes, **P4**), and one eviction pass's view of it ([`Pass`]).
+//!
+//! **P4 (sized once, late).** The sketch and the ghost are published once, by the one evictor
+//! that claims their sizing ([`EvictionPolicy::prepare`], a `SetOnce`): it allocates them for
+//! the entries the cache holds at its first eviction, and no other thread waits for it. Until
+//! they are published the policy runs without them: an admission is marked `UNRECORDED` (its
+//! first visit records it, as for a cold one), the ghost remembers nothing, and a duel's
+//! newcomer estimates 0, so the incumbent stays. Sized by what the cache holds, not by a guess,
+//! a weighted cache's sketch fits its entries, and a cache that never fills allocates neither.
 
 use super::meta::Queued;
 use super::near::{Left, STAMP_BITS};

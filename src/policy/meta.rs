@@ -1,5 +1,11 @@
 //! The policy's state in each entry (a byte of frequency, hit count and marks, the stage of
 //! a cold admission, and the queued flag, **P1**), and what the policy asks of a queued entry.
+//!
+//! **P1 (one claim).** An entry is queued at most once in its life, by the one caller whose
+//! swap turned its `queued` flag on ([`EntryMeta::claim`]): an admission of a queueing cache or
+//! the engine's sweep, whichever comes first. A queued entry moves between queues by pop and
+//! push and is never queued beside itself, so every queue entry is claimed and no entry is
+//! counted twice in the queues' totals.
 
 use crate::sync::{AtomicBool, AtomicU8, Ordering};
 use std::cell::Cell;
@@ -178,6 +184,7 @@ pub(crate) trait Queued {
     fn hash(&self) -> u64;
     /// Whether the entry still holds a cached value.
     fn is_cached(&self) -> bool;
-    /// The entry's identity (its address), for [`EvictionPolicy::validate`](super::EvictionPolicy::validate).
+    /// The entry's identity (its address), for
+    /// [`EvictionPolicy::validate`](super::EvictionPolicy::validate).
     fn id(&self) -> usize;
 }

@@ -1,112 +1,57 @@
-//! Eviction: S3-FIFO over lock-free queues, with TinyLFU's admission duel.
+//! Eviction: the queues of S3-FIFO (Yang et al., SOSP 2023) with TinyLFU's frequency duel
+//! (Einziger et al., 2017), sized by weight.
 //!
-//! S3-FIFO (Yang et al., SOSP 2023) keeps a small FIFO for new entries, a main FIFO (CLOCK:
-//! an entry hit since its last visit gets another round) for entries that proved
-//! themselves, and a ghost of evicted hashes; a remembered newcomer starts at frequency 1.
-//! TinyLFU (Einziger et al., 2017) adds a frequency sketch that decides, when the main queue
-//! is full, whether a small-queue leaver deserves the place of the victims it would
-//! displace. A hit writes the entry's own frequency byte, and only while it can still grow;
-//! the policy reads it off the hot path.
+//! New entries join a small queue; one that proves itself there (hit, or remembered by the
+//! ghost of evicted hashes) moves to the main queue, a CLOCK; the others leave to the ghost
+//! unless a count-min sketch counts them more often than the main queue's victims they would
+//! displace. A newcomer heavier than the small queue's room is judged that way at the door,
+//! before it takes any. The small queue's share adapts to what each queue earns. A hit writes
+//! only the entry's own state byte, and only while it can still grow. `docs/DESIGN.md`,
+//! "Eviction", describes each rule, `docs/EXPERIMENTS.md` the measurements behind it.
 //!
-//! The files, each with the rules it owns:
-//! - this one: the queues, the order they give up victims in, admission and the cold start
-//!   (P1, P2, P6);
-//! - `leave.rs`: where a small-queue leaver goes (the main queue's room, a duel, or out),
-//!   and the room owed after evictions without a duel (P7);
-//! - `door.rs`: the aggregated duel, and the door that judges a newcomer heavier than the
-//!   small queue before it takes any room (P10);
-//! - `narrow.rs`: the check on duels won by one (P8);
-//! - `climb.rs`: the small queue's adaptive share (P3) and the aging of an old hot set (P5);
-//! - `near.rs`: the queues' clocks and the ghost's near returns, which move the share
-//!   between periods (P9);
-//! - `memory.rs`, `sketch.rs`: the ghost and the count-min sketch, sized at the first
-//!   eviction (P4), and an eviction pass's view of them;
-//! - `meta.rs`: the entry's own state (its frequency byte, its claim, its cold stage);
-//! - `upkeep.rs`: the compaction of removed entries and the bookkeeping check.
+//! The files: this one, the queues, admission and the cold start (P1, P2, P6); `leave.rs`,
+//! where a small-queue leaver goes (P7); `door.rs`, the aggregated duel and the door (P10);
+//! `narrow.rs`, the check on duels won by one (P8); `climb.rs`, the share and aging (P3, P5);
+//! `near.rs`, the near returns (P9); `memory.rs` and `sketch.rs`, the ghost and the sketch
+//! (P4); `meta.rs`, the entry's state (P1); `upkeep.rs`, compaction and the bookkeeping
+//! check; `tuning.rs`, every value the rules are tuned by.
 //!
 //! The queues are `crossbeam_queue::SegQueue`s (a loom-visible model under loom, see
-//! `crate::sync::Queue`) of counts of the table's nodes, so a popped node is always valid; an entry
-//! is queued only once its value is published, so one being built is never evicted, and one of
-//! weight 0 never (I8). Removal from the table does not touch the queues: dead entries are skipped
-//! when popped and compacted away when they outnumber the live ones. `docs/DESIGN.md` describes
-//! each rule, `docs/EXPERIMENTS.md` the measurements behind it.
+//! `crate::sync::Queue`) of counts of the table's nodes, so a popped node is always valid. An
+//! entry is queued only once its value is published, so one being built is never evicted, and
+//! one of weight 0 never (I8). Removal from the table does not touch the queues: dead entries
+//! are skipped when popped and compacted away when they outnumber the live ones.
 //!
-//! # Invariants of the queues
+//! # Invariants
 //!
-//! - **P1 (one claim).** An entry is queued at most once in its life, by the one caller
-//!   whose swap turned its `queued` flag on ([`EntryMeta::claim`]): an admission of a
-//!   queueing cache or the engine's sweep, whichever comes first. A queued entry moves
-//!   between queues by pop and push and is never queued beside itself, so every queue entry
-//!   is claimed and no entry is counted twice in the queues' totals.
+//! Each is stated in full at the top of the file named, and P2 and P6 here.
+//!
+//! - **P1 (one claim).** An entry is queued at most once in its life (`meta.rs`).
 //! - **P2 (queueing).** Admissions join the queues once the policy is *queueing*, a switch
 //!   the first admission of a warm cache (at least half full) turns on for good. Entries
 //!   admitted before, or by a thread that read the switch late, stay unclaimed until the
 //!   engine enlists them: it sweeps its tables a step per admission once the switch is on,
 //!   and sweeps them whole when the queues give no victim while entries are cached, or look
-//!   short of the cache ([`EvictionPolicy::short_of`]) before one whole sweep has run with the
-//!   switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued, or
-//!   unclaimed and reached by the sweep; eviction never misses an entry for good.
-//! - **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
-//!   evictor at a time moves: the thread whose compare-and-swap moves the sampling period's
-//!   start closes the period and writes the new share; the others go on with the
-//!   share they read (`climb.rs`). A pass counts the hits of the entries it takes off the
-//!   small queue in its own cell and adds them to the period's count once, when it ends, as
-//!   it does its visits (P5). The share stays within its bounds whatever the counts read,
-//!   so a stale or torn view only sizes a decision by the previous period, and hits counted
-//!   into the next period only move one period's share by their weight.
-//! - **P4 (sized once, late).** The sketch and the ghost are published once, by the one
-//!   evictor that claims their sizing ([`EvictionPolicy::prepare`], a `SetOnce`): it allocates them
-//!   for the entries the cache holds at its first eviction, and no other thread waits for
-//!   it. Until they are published the policy runs without them: an admission is marked
-//!   `UNRECORDED` (its first visit records it, as for a cold one), the ghost remembers
-//!   nothing, and a duel's newcomer estimates 0, so the incumbent stays. Sized by what the
-//!   cache holds, not by a guess, a weighted cache's sketch fits its entries, and a cache
-//!   that never fills allocates neither.
-//! - **P5 (aging).** Aging is a hint, like the share: the evictor that closes a sampling
-//!   period writes it (P3), and every pass reads it once. A pass counts its visits of
-//!   main-queue entries in its own cells and adds them to the period's count once, when it
-//!   ends (one read-modify-write per pass, none per entry, none on a hit). A stale read ages,
-//!   or spares, the idle entries of one pass; a decay halves four counters with the sketch's
-//!   own load and store, so like an addition it can be lost to a racing update but never
-//!   takes a counter out of 0..=15.
+//!   short of the cache ([`EvictionPolicy::short_of`]) before one whole sweep has run with
+//!   the switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued,
+//!   or unclaimed and reached by the sweep; eviction never misses an entry for good.
+//! - **P3 (adaptive share)** and **P5 (aging)** are hints written by the one evictor that
+//!   closes a sampling period (`climb.rs`).
+//! - **P4 (sized once, late).** The sketch and the ghost are published once; nobody waits for
+//!   them (`memory.rs`).
 //! - **P6 (cold order).** Entries admitted while the cache was under half full reach the
 //!   queues through the engine's sweep, which walks its tables in hash order, an order the
 //!   hasher's seed decides. Each such admission records its *stage*, how full the cache was
-//!   ([`Tuning::stages`] stages of the half), and the sweep's entries wait in one staging queue per
-//!   stage; the small queue's evictions take them, lowest stage first, before its own
-//!   entries (all admitted later). So the cold entries leave in the order they came, to a
-//!   stage's width, whatever order the seed gave the sweep.
-//!   Staged entries count in the small queue's weight; the staging queues are allocated by
-//!   the sweep's first enlistment ([`SetOnce`]), and an enlister that finds them not yet
-//!   published queues its entry in the small queue, which only orders it less well.
-//! - **P7 (owed room).** `owed` is a hint, like the share: an evictor that takes a main
-//!   victim because the small queue was empty while the main queue was within its share adds
-//!   the victim's weight, and a leaver that wins the main queue's room back through the
-//!   comparison takes its own weight off (saturating at 0). Both are relaxed
-//!   read-modify-writes on that path only, never on a hit or an admission. A stale read makes
-//!   one leaver compare when it need not, or walk into the room when it should have
-//!   compared: either places one entry less well. The count only gates that choice, so no
-//!   value of it, stale or racing, can lose an entry or break the queues' totals.
-//! - **P8 (trust in narrow wins).** The trust score is a hint, like the share: bounded, moved
-//!   by relaxed read-modify-writes on the eviction path and on admissions, never on a hit;
-//!   a win's marks (on its winner and in the ghost) come off once, by whoever reaches them
-//!   first. A refused win is a lost duel, so no value of the score can lose an entry
-//!   (`narrow.rs`).
-//! - **P9 (near returns).** The queues' clocks and the ghost's stamps (`near.rs`) are hints,
-//!   like the share: a departure is a relaxed load and store of its queue's clock on the
-//!   eviction path (racing departures may count once, so the clock may run slow), and a stamp
-//!   is written with the hash's ghost slot, never on a hit. A stale or slow clock, a stamp
-//!   that wrapped or a slot another hash took misdates one return, which counts it in the
-//!   wrong batch or in none; a batch moves the share by a bounded step. Nudges and a period's
-//!   close move the share by read-modify-writes clamped to its bounds, so none is lost to
-//!   another and no value leaves the share's bounds (`near.rs`, `climb.rs`).
-//! - **P10 (the door).** A newcomer heavier than the small queue's room is judged before
-//!   its reservation takes anything (`door.rs`): the main queue's victims it gathers are
-//!   popped like a duel's, and either all go back to the main queue's head in their order
-//!   (it lost, or the queue was too short to judge by) or all leave the main queue's total
-//!   and pass to the caller to evict (it won, and joins the main queue at its admission).
-//!   So a newcomer turned away displaced nothing, and a victim another thread removed
-//!   meanwhile only frees less. The small queue's room it is judged by is a hint, like the share (P3).
+//!   ([`Tuning::stages`] stages of the half), and the sweep's entries wait in one staging
+//!   queue per stage; the small queue's evictions take them, lowest stage first, before its
+//!   own entries (all admitted later). So the cold entries leave in the order they came, to a
+//!   stage's width, whatever order the seed gave the sweep. Staged entries count in the small
+//!   queue's weight; the staging queues are allocated by the sweep's first enlistment
+//!   ([`SetOnce`]), and an enlister that finds them not yet published queues its entry in the
+//!   small queue, which only orders it less well.
+//! - **P7 (owed room)**, **P8 (trust in narrow wins)** and **P9 (near returns)** are bounded
+//!   hints: no value of one can lose an entry (`leave.rs`, `narrow.rs`, `near.rs`).
+//! - **P10 (the door).** A newcomer turned away at the door displaced nothing (`door.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -249,13 +194,13 @@ impl<T: Queued> EvictionPolicy<T> {
     /// caller passes the entry to [`enqueue`](Self::enqueue). `warm`: the cache is at least
     /// half full.
     ///
-    /// A cache under half full evicts nothing soon, so its admissions skip the sketch and
-    /// the ghost (up to five cache misses): the entry is marked [`UNRECORDED`](meta::UNRECORDED), and the
-    /// policy's first visit records the admission in the sketch with the entry's hits, as
-    /// it does before the sketch exists (**P4**). Nor are such entries queued until the first
-    /// admission of a warm cache turns [`queueing`](Self::queueing) on for good (**P2**):
-    /// a cache that never fills half its capacity pays nothing for an eviction order it
-    /// never uses. The engine enlists the entries admitted before ([`enlist`](Self::enlist)).
+    /// A cache under half full evicts nothing soon, so its admissions skip the sketch and the ghost
+    /// (up to five cache misses): the entry is marked [`UNRECORDED`](meta::UNRECORDED), and the
+    /// policy's first visit records the admission in the sketch with the entry's hits, as it does
+    /// before the sketch exists (**P4**). Nor are such entries queued until the first admission of
+    /// a warm cache turns [`queueing`](Self::queueing) on for good (**P2**): a cache that never
+    /// fills half its capacity pays nothing for an eviction order it never uses. The engine enlists
+    /// the entries admitted before ([`enlist`](Self::enlist)).
     pub(crate) fn admit(&self, meta: &EntryMeta, hash: u64, warm: bool) -> bool {
         let (freq, unrecorded) = match self.memory.get() {
             Some(m) if warm => {

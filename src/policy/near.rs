@@ -13,11 +13,20 @@
 //! are hit soon after they arrive earns much per entry, though its last entries earn nothing, and
 //! its room is better spent in the main queue (the LIRS programs, Zipf); a main queue whose proven
 //! entries keep their hits while the rest of it sits idle earns much per entry too, though a larger
-//! small queue would turn its idle room into hits (the CPU traces, OLTP, sprite); `docs/EXPERIMENTS.md`
-//! has the measurements.
+//! small queue would turn its idle room into hits (the CPU traces, OLTP, sprite);
+//! `docs/EXPERIMENTS.md` has the measurements.
 //!
 //! Nothing here is written on a hit: a departure is a relaxed load and store of its queue's
 //! clock on the eviction path, a return one read-modify-write of the batch on a miss.
+//!
+//! **P9 (near returns).** The queues' clocks and the ghost's stamps are hints, like
+//! the share: a departure is a relaxed load and store of its queue's clock on the eviction path
+//! (racing departures may count once, so the clock may run slow), and a stamp is written with
+//! the hash's ghost slot, never on a hit. A stale or slow clock, a stamp that wrapped or a slot
+//! another hash took misdates one return, which counts it in the wrong batch or in none; a
+//! batch moves the share by a bounded step. Nudges and a period's close move the share by
+//! read-modify-writes clamped to its bounds, so none is lost to another and no value leaves the
+//! share's bounds (`climb.rs`).
 
 use super::Tuning;
 use crate::sync::{AtomicU64, Ordering};
