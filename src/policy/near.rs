@@ -96,7 +96,7 @@ impl NearReturns {
     /// queue, and returns the [`Left`] the ghost keeps if it remembers the hash.
     pub(super) fn depart(&self, main: bool, entries: u64) -> Left {
         // Relaxed: a clock of hints (P9). A load and a store, not a read-modify-write (a
-        // locked add on every eviction cost the churn benchmark 3% on one thread): racing
+        // locked add on every eviction slowed churn, `docs/EXPERIMENTS.md`): racing
         // departures may count once, so under contention the clock runs a little slow and
         // dates a hash a step early or late.
         let clock = &self.clocks[usize::from(main)];

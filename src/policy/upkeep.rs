@@ -19,7 +19,8 @@ impl<T: Queued> EvictionPolicy<T> {
     /// 2× + 1024: every entry queued now is looked at once, [`COMPACT_STEP`] per admission
     /// (this one's first), and dropped if it no longer holds a value, the live ones going
     /// back to the tail of their queue. Spread so, a round costs no admission more than a
-    /// step; one admission looking at every queued entry took 7–21 ms at 145,000 entries.
+    /// step, where one admission looking at every queued entry stalled for milliseconds
+    /// (`docs/EXPERIMENTS.md`).
     pub(super) fn compact(&self, live: usize) {
         let queued = [self.small.len(), self.front.len(), self.main.len()];
         if queued.iter().sum::<usize>() <= 2 * live + 1024 {
