@@ -48,7 +48,7 @@ pub enum ConfigError {
     /// ([`CacheBuilder::tuning`](crate::CacheBuilder::tuning)).
     #[cfg(feature = "tuning")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tuning")))]
-    Tuning(crate::TuningError),
+    Tuning(crate::policy::TuningError),
 }
 
 impl fmt::Display for ConfigError {

@@ -92,7 +92,7 @@ pub struct CacheBuilder<K, V, S = DefaultHashBuilder> {
     pub(super) clock: Clock,
     /// The eviction policy's tuning values, when not the defaults.
     #[cfg(feature = "tuning")]
-    pub(super) tuning: Option<&'static crate::Tuning>,
+    pub(super) tuning: Option<&'static crate::policy::Tuning>,
     pub(super) _types: PhantomData<fn(K, V)>,
 }
 
@@ -416,7 +416,7 @@ impl<K, V, S> CacheBuilder<K, V, S> {
     /// ```
     #[cfg(feature = "tuning")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tuning")))]
-    pub fn tuning(mut self, tuning: &'static crate::Tuning) -> Self {
+    pub fn tuning(mut self, tuning: &'static crate::policy::Tuning) -> Self {
         self.tuning = Some(tuning);
         self
     }
