@@ -73,6 +73,25 @@ macro_rules! tuning {
                 }
             }
 
+            /// The fields that differ from [`DEFAULT`](Self::DEFAULT), each as `name=value`,
+            /// in the form [`set`](Self::set) (and the trace tool's `--tune`) reads.
+            ///
+            /// ```
+            /// let mut t = runcache::Tuning::DEFAULT;
+            /// assert!(t.changed().is_empty());
+            /// t.set("promote_hits", "3")?;
+            /// assert_eq!(t.changed(), ["promote_hits=3"]);
+            /// # Ok::<(), runcache::TuningError>(())
+            /// ```
+            #[cfg(feature = "tuning")]
+            pub fn changed(&self) -> Vec<String> {
+                let mut out = Vec::new();
+                $(if self.$name != Self::DEFAULT.$name {
+                    out.push(format!("{}={}", stringify!($name), self.$name));
+                })*
+                out
+            }
+
             /// Whether every field is within its range.
             #[cfg(feature = "tuning")]
             fn within_ranges(&self) -> Result<(), TuningError> {

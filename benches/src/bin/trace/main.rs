@@ -324,14 +324,7 @@ fn main() -> ExitCode {
     );
     if let Some(tuned) = TUNING.get() {
         // Every value that differs from the default, so that the figures name their policy.
-        let d = format!("{:?}", runcache::Tuning::DEFAULT);
-        let t = format!("{tuned:?}");
-        let changed: Vec<&str> = t
-            .split(", ")
-            .zip(d.split(", "))
-            .filter(|(a, b)| a != b)
-            .map(|(a, _)| a.trim_start_matches("Tuning { ").trim_end_matches(" }"))
-            .collect();
+        let changed = tuned.changed();
         if changed.is_empty() {
             println!("runcache tuned: every value as the default");
         } else {
