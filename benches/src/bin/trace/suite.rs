@@ -4,6 +4,11 @@
 //! judged at its worst seed. A summary per family and over everything: cells held, mean
 //! margin to the best of moka and quick_cache, worst cell, widest spread over seeds, and the
 //! mean against the reference W-TinyLFU.
+//!
+//! How the peers are held: moka at its capacity (its pending evictions applied after every
+//! insert), and replayed [`PEER_RUNS`] times on short traces. runcache's seeds are the first of
+//! a random stream of 64-bit seeds, as the default hasher's are (consecutive small seeds hash
+//! a trace's dense keys nearly alike and hide the spread).
 
 use crate::load::{load, matrix_workloads, unique, Trace};
 use crate::policies::{lru, moka, moka_buffered, quick_cache, runcache, seeded, tinyufo};
