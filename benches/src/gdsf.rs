@@ -10,6 +10,11 @@
 //! priority until the rest fits. An entry larger than the capacity is not admitted. With a
 //! cost of 1 per entry, GDSF keeps what maximises the object hit ratio: many small, frequent
 //! entries over a few large ones.
+//!
+//! [`Gdsf::with_exponent`] divides by `S^β` instead: β = 1 is GDSF, β = 0 ignores the size
+//! (frequency with aging), and the values between trade the object hit ratio for the byte hit
+//! ratio, which the weighted suite's `--frontier` replays to find what a size-aware policy can
+//! reach in each cell.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -19,11 +24,22 @@ fn key_of(priority: f64) -> u64 {
     priority.to_bits()
 }
 
+/// What an entry of `size` costs in a priority: `size^exponent` (exactly `size` at 1).
+fn cost(size: u64, exponent: f64) -> f64 {
+    if exponent == 1.0 {
+        size as f64
+    } else {
+        (size as f64).powf(exponent)
+    }
+}
+
 /// The reference GDSF cache of sized keys.
 pub struct Gdsf {
     capacity: u64,
     size: u64,
     inflation: f64,
+    /// β: a priority divides by the size to this power.
+    exponent: f64,
     /// Key → (accesses since admission, size, priority bits).
     map: HashMap<u64, (u64, u64, u64)>,
     /// (priority bits, key), least first.
@@ -32,10 +48,16 @@ pub struct Gdsf {
 
 impl Gdsf {
     pub fn new(capacity: u64) -> Self {
+        Self::with_exponent(capacity, 1.0)
+    }
+
+    /// A cache whose priorities divide by the size to the power `exponent` (β).
+    pub fn with_exponent(capacity: u64, exponent: f64) -> Self {
         Self {
             capacity,
             size: 0,
             inflation: 0.0,
+            exponent,
             map: HashMap::new(),
             order: BTreeSet::new(),
         }
@@ -47,7 +69,7 @@ impl Gdsf {
         if let Some((freq, s, prio)) = self.map.get_mut(&key) {
             self.order.remove(&(*prio, key));
             *freq += 1;
-            *prio = key_of(self.inflation + *freq as f64 / *s as f64);
+            *prio = key_of(self.inflation + *freq as f64 / cost(*s, self.exponent));
             self.order.insert((*prio, key));
             return true;
         }
@@ -65,7 +87,7 @@ impl Gdsf {
             self.size -= s;
             self.inflation = f64::from_bits(prio);
         }
-        let prio = key_of(self.inflation + 1.0 / size as f64);
+        let prio = key_of(self.inflation + 1.0 / cost(size, self.exponent));
         self.map.insert(key, (1, size, prio));
         self.order.insert((prio, key));
         self.size += size;
@@ -80,7 +102,12 @@ impl Gdsf {
 
 /// Replays `trace` (key, size) against a GDSF cache of `capacity`: (hits, bytes hit).
 pub fn replay(trace: &[(u64, u32)], capacity: u64) -> (u64, u64) {
-    let mut cache = Gdsf::new(capacity);
+    replay_with(trace, capacity, 1.0)
+}
+
+/// [`replay`] with priorities divided by the size to the power `exponent`.
+pub fn replay_with(trace: &[(u64, u32)], capacity: u64, exponent: f64) -> (u64, u64) {
+    let mut cache = Gdsf::with_exponent(capacity, exponent);
     let (mut hits, mut bytes) = (0, 0);
     for &(k, s) in trace {
         if cache.access(k, u64::from(s)) {
@@ -128,5 +155,23 @@ mod tests {
             "the large entry, hit once, left first"
         );
         assert!(c.map.len() >= 8);
+    }
+
+    #[test]
+    fn without_the_size_a_frequent_large_entry_outlasts_rare_small_ones() {
+        // Ten 5-byte keys hit once each and a 60-byte key hit five times, under 100 bytes:
+        // by frequency alone (β = 0) the large key stays; GDSF (β = 1) evicts it first.
+        let run = |exponent| {
+            let mut c = Gdsf::with_exponent(100, exponent);
+            for _ in 0..5 {
+                c.access(99, 60);
+            }
+            for k in 0..10 {
+                c.access(k, 5);
+            }
+            c.map.contains_key(&99)
+        };
+        assert!(run(0.0));
+        assert!(!run(1.0));
     }
 }

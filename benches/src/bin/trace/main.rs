@@ -45,6 +45,10 @@
 //!                       and byte hit ratios against moka, quick_cache, LRU by bytes and
 //!                       GDSF (the many-models stream, the real traces under four size
 //!                       models, and every `key size` trace `*.sized[.zst]` of the folder)
+//!   --frontier          with --suite --weighted: GDSF with its priorities divided by the
+//!                       size to the powers 0, 0.25, 0.5, 0.75 and 1 too, and, per cell,
+//!                       whether one of them holds the rule and whether one is ahead of
+//!                       runcache on both figures
 //!   --tune NAME=V,..    runcache's policy tuned by these values instead of the defaults
 //!                       (`runcache::Tuning`'s fields, e.g. `--tune promote_hits=3`), for
 //!                       an experiment with one value or a rule switched off
@@ -143,6 +147,7 @@ fn parse_args() -> Result<Option<Options>, String> {
     };
     let (mut suite, mut quick, mut seeds, mut shares) = (false, false, None, None);
     let mut weighted = false;
+    let mut frontier = false;
     let mut only = Vec::new();
     let mut matrix = false;
     let mut limit = usize::MAX;
@@ -179,6 +184,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--suite" => suite = true,
             "--quick" => quick = true,
             "--weighted" => weighted = true,
+            "--frontier" => frontier = true,
             "--shares" => shares = Some(value("--shares")?),
             "--only" => only = value("--only")?.split(',').map(str::to_string).collect(),
             "--seeds" => {
@@ -221,6 +227,9 @@ fn parse_args() -> Result<Option<Options>, String> {
     if (quick || weighted || seeds.is_some() || shares.is_some() || !only.is_empty()) && !suite {
         return Err("--quick, --weighted, --seeds, --only and --shares go with --suite".into());
     }
+    if frontier && !weighted {
+        return Err("--frontier goes with --suite --weighted".into());
+    }
     if weighted && shares.is_some() {
         return Err("--shares plots the unit suite's share; drop --weighted".into());
     }
@@ -247,6 +256,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             only,
             threads,
             weighted,
+            frontier,
         });
         return Ok(Some(opts));
     }

@@ -92,6 +92,8 @@ pub struct Suite {
     pub threads: usize,
     /// `--weighted`: the weighted suite (`weighted.rs`) instead.
     pub weighted: bool,
+    /// `--frontier`: with `--weighted`, the size-aware references of several exponents.
+    pub frontier: bool,
 }
 
 impl Suite {
@@ -540,6 +542,7 @@ pub fn shares(suite: &Suite, spec: &str, svg_dir: &Path) -> Result<(), String> {
         only: vec![name.to_string()],
         threads: 1,
         weighted: false,
+        frontier: false,
     };
     let (_, _, trace) = traces(&one)?
         .into_iter()
@@ -691,6 +694,7 @@ mod tests {
             only: only.iter().map(|s| s.to_string()).collect(),
             threads: 1,
             weighted: false,
+            frontier: false,
         };
         assert!(suite(false, &[]).keeps("P3.lis.zst", "disk"));
         assert!(!suite(true, &[]).keeps("P3.lis.zst", "disk"));

@@ -5,6 +5,12 @@
 //! figure by figure), moka (weigher), quick_cache (weighter), an exact LRU by bytes and the
 //! size-aware reference GDSF (`runcache_bench::gdsf`).
 //!
+//! `--frontier` replays GDSF with its priorities divided by the size to the powers
+//! [`EXPONENTS`] too (β = 0 is frequency alone, β = 1 is GDSF) and says, cell by cell, whether
+//! one of these references meets the suite's rule, and whether one of them is ahead of
+//! runcache on both figures: what a size-aware policy of this family can reach where the rule
+//! asks for moka's object hit ratio and quick_cache's or LRU's byte hit ratio at once.
+//!
 //! The families: the many-models inference stream and its variants (`sized::Models`); every
 //! real trace of the trace folder with sizes drawn from its keys' hashes, once per size model
 //! (`sized::SizeModel`; the first [`REAL_LIMIT`] accesses of each); and every `key size` trace
@@ -33,6 +39,12 @@ const QUICK: &[&str] = &[
     "models",
     "models-shift-batch",
 ];
+
+/// The exponents of the size in the priorities of `--frontier`'s references.
+const EXPONENTS: &[f64] = &[0.0, 0.25, 0.5, 0.75, 1.0];
+/// How far ahead of runcache on both figures a reference must be to count as ahead, in
+/// points: the rule's own tolerance.
+const AHEAD: f64 = 0.5;
 
 /// The figures of one subject in one cell, in %.
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
@@ -80,6 +92,8 @@ struct Cell {
     gdsf: Ratio,
     ours: Vec<Ratio>,
     threaded: Vec<Ratio>,
+    /// `--frontier`'s references, one per exponent of [`EXPONENTS`] (empty without it).
+    frontier: Vec<Ratio>,
 }
 
 fn worst(ratios: &[Ratio]) -> Ratio {
@@ -108,8 +122,27 @@ impl Cell {
     /// The rule: within 0.5 points of the best of moka and quick_cache, and of LRU,
     /// on both figures.
     fn holds(&self) -> bool {
-        let (m, l) = (self.margin(), self.vs_lru());
+        self.meets(self.worst())
+    }
+    /// Whether figures `r` would hold the rule in this cell.
+    fn meets(&self, r: Ratio) -> bool {
+        let (m, l) = (r.minus(self.moka.max(self.quick)), r.minus(self.lru));
         m.object >= -0.5 && m.byte >= -0.5 && l.object >= -0.5 && l.byte >= -0.5
+    }
+    /// The exponent of the first `--frontier` reference that holds the rule here.
+    fn reached(&self) -> Option<f64> {
+        let i = self.frontier.iter().position(|&r| self.meets(r))?;
+        Some(EXPONENTS[i])
+    }
+    /// The exponent of the first `--frontier` reference ahead of runcache's worst seed on
+    /// both figures by more than [`AHEAD`].
+    fn passed_by(&self) -> Option<f64> {
+        let w = self.worst();
+        let i = self
+            .frontier
+            .iter()
+            .position(|r| r.object > w.object + AHEAD && r.byte > w.byte + AHEAD)?;
+        Some(EXPONENTS[i])
     }
     fn loss(&self) -> Option<Ratio> {
         (!self.threaded.is_empty()).then(|| self.worst().minus(worst(&self.threaded)))
@@ -122,6 +155,8 @@ enum Subject {
     Moka,
     Quick,
     Gdsf,
+    /// `--frontier`'s reference of exponent `EXPONENTS[i]`.
+    Frontier(usize),
     Ours(u64),
     Threaded(u64),
 }
@@ -221,9 +256,15 @@ pub fn run(suite: &Suite) -> Result<(), String> {
                 gdsf: Ratio::default(),
                 ours: vec![Ratio::default(); seeds],
                 threaded: vec![Ratio::default(); if suite.threads > 1 { seeds } else { 0 }],
+                frontier: vec![Ratio::default(); if suite.frontier { EXPONENTS.len() } else { 0 }],
             });
             let subjects = [Subject::Lru, Subject::Moka, Subject::Quick, Subject::Gdsf]
                 .into_iter()
+                .chain(
+                    (0..EXPONENTS.len())
+                        .filter(|_| suite.frontier)
+                        .map(Subject::Frontier),
+                )
                 .chain((0..suite.seeds).map(Subject::Ours))
                 .chain(
                     (0..suite.seeds)
@@ -245,6 +286,9 @@ pub fn run(suite: &Suite) -> Result<(), String> {
             Subject::Moka => weighed::moka(trace, capacity, 1),
             Subject::Quick => weighed::quick_cache(trace, capacity, (capacity / mean) as usize, 1),
             Subject::Gdsf => runcache_bench::gdsf::replay(trace, capacity),
+            Subject::Frontier(i) => {
+                runcache_bench::gdsf::replay_with(trace, capacity, EXPONENTS[i])
+            }
             Subject::Ours(seed) => weighed::runcache(trace, capacity, 1, seed),
             Subject::Threaded(seed) => weighed::runcache(trace, capacity, suite.threads, seed),
         };
@@ -256,6 +300,7 @@ pub fn run(suite: &Suite) -> Result<(), String> {
             Subject::Moka => cell.moka = r,
             Subject::Quick => cell.quick = r,
             Subject::Gdsf => cell.gdsf = r,
+            Subject::Frontier(i) => cell.frontier[i] = r,
             Subject::Ours(seed) => cell.ours[seed as usize] = r,
             Subject::Threaded(seed) => cell.threaded[seed as usize] = r,
         }
@@ -295,6 +340,16 @@ fn print_cells(cells: &[Cell]) {
         let loss = c.loss().map_or(String::new(), |l| {
             format!("  {} lost on threads", signed(l))
         });
+        let frontier = if c.frontier.is_empty() {
+            String::new()
+        } else {
+            let at = |b: Option<f64>| b.map_or("none".to_string(), |b| format!("β={b}"));
+            format!(
+                "  reached by {}, ahead: {}",
+                at(c.reached()),
+                at(c.passed_by())
+            )
+        };
         println!(
             "{:>6.2} {:>9.2} {:>13} {:>13} {:>13} {:>13} {:>13} {:>11} {:>13} {:>13}{}{loss}",
             100.0 * c.fraction,
@@ -309,6 +364,10 @@ fn print_cells(cells: &[Cell]) {
             signed(c.vs_lru()),
             if c.holds() { "" } else { "  MISSED" }
         );
+        if !frontier.is_empty() {
+            let all: Vec<String> = c.frontier.iter().map(|&r| pair(r)).collect();
+            println!("{:>17} frontier {}{frontier}", "", all.join(" "));
+        }
     }
 }
 
@@ -346,6 +405,17 @@ fn summary(cells: &[&Cell]) -> String {
         })
         .collect();
     s.push_str(&threads_note(&losses));
+    if cells.iter().any(|c| !c.frontier.is_empty()) {
+        let reached: Vec<&&Cell> = cells.iter().filter(|c| c.reached().is_some()).collect();
+        let held = reached.iter().filter(|c| c.holds()).count();
+        let passed = cells.iter().filter(|c| c.passed_by().is_some()).count();
+        s.push_str(&format!(
+            "\n{:>29}a reference reaches the rule in {}/{} (runcache holds {held} of them), is ahead of runcache on both in {passed}",
+            "",
+            reached.len(),
+            cells.len()
+        ));
+    }
     s
 }
 
@@ -389,7 +459,33 @@ mod tests {
             gdsf: r((0.0, 0.0)),
             ours: ours.iter().map(|&o| r(o)).collect(),
             threaded: Vec::new(),
+            frontier: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_frontier_says_which_reference_holds_and_which_is_ahead() {
+        let r = |object, byte| Ratio { object, byte };
+        let mut c = cell(&[(40.0, 30.0)], (50.0, 20.0), (10.0, 31.0));
+        assert!(!c.holds());
+        c.frontier = vec![
+            r(30.0, 40.0),
+            r(45.0, 35.0),
+            r(49.6, 30.6),
+            r(60.0, 20.0),
+            r(60.0, 10.0),
+        ];
+        // The third holds the rule (within 0.5 of moka's objects and LRU's bytes); the
+        // second is the first ahead of runcache by more than half a point on both.
+        assert_eq!(c.reached(), Some(EXPONENTS[2]));
+        assert_eq!(c.passed_by(), Some(EXPONENTS[1]));
+        c.frontier = vec![r(40.4, 40.0); EXPONENTS.len()];
+        assert_eq!(c.reached(), None);
+        assert_eq!(
+            c.passed_by(),
+            None,
+            "half a point ahead is within the rule's tolerance"
+        );
     }
 
     #[test]
