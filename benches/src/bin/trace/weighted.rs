@@ -340,16 +340,6 @@ fn print_cells(cells: &[Cell]) {
         let loss = c.loss().map_or(String::new(), |l| {
             format!("  {} lost on threads", signed(l))
         });
-        let frontier = if c.frontier.is_empty() {
-            String::new()
-        } else {
-            let at = |b: Option<f64>| b.map_or("none".to_string(), |b| format!("β={b}"));
-            format!(
-                "  reached by {}, ahead: {}",
-                at(c.reached()),
-                at(c.passed_by())
-            )
-        };
         println!(
             "{:>6.2} {:>9.2} {:>13} {:>13} {:>13} {:>13} {:>13} {:>11} {:>13} {:>13}{}{loss}",
             100.0 * c.fraction,
@@ -364,9 +354,16 @@ fn print_cells(cells: &[Cell]) {
             signed(c.vs_lru()),
             if c.holds() { "" } else { "  MISSED" }
         );
-        if !frontier.is_empty() {
+        if !c.frontier.is_empty() {
             let all: Vec<String> = c.frontier.iter().map(|&r| pair(r)).collect();
-            println!("{:>17} frontier {}{frontier}", "", all.join(" "));
+            let at = |b: Option<f64>| b.map_or("none".to_string(), |b| format!("β={b}"));
+            println!(
+                "{:>17} frontier {}  reached by {}, ahead: {}",
+                "",
+                all.join(" "),
+                at(c.reached()),
+                at(c.passed_by())
+            );
         }
     }
 }
