@@ -403,13 +403,13 @@ fn summary(cells: &[&Cell]) -> String {
         .collect();
     s.push_str(&threads_note(&losses));
     if cells.iter().any(|c| !c.frontier.is_empty()) {
-        let reached: Vec<&&Cell> = cells.iter().filter(|c| c.reached().is_some()).collect();
-        let held = reached.iter().filter(|c| c.holds()).count();
-        let passed = cells.iter().filter(|c| c.passed_by().is_some()).count();
+        let count = |f: &dyn Fn(&Cell) -> bool| cells.iter().filter(|c| f(c)).count();
+        let reached = count(&|c| c.reached().is_some());
+        let held = count(&|c| c.reached().is_some() && c.holds());
+        let passed = count(&|c| c.passed_by().is_some());
         s.push_str(&format!(
-            "\n{:>29}a reference reaches the rule in {}/{} (runcache holds {held} of them), is ahead of runcache on both in {passed}",
+            "\n{:>29}a reference reaches the rule in {reached}/{} (runcache holds {held} of them), is ahead of runcache on both in {passed}",
             "",
-            reached.len(),
             cells.len()
         ));
     }
