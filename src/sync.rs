@@ -1,4 +1,4 @@
-//! The one place that switches between `std` and [loom] primitives.
+//! The one place that switches between `std` and [loom](https://docs.rs/loom) primitives.
 //!
 //! Every atomic, every `Arc` and every park/wake in the crate is imported from here, so that
 //! building with `RUSTFLAGS="--cfg runcache_loom"` turns the slot protocol and the weight

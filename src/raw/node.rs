@@ -163,7 +163,7 @@ impl<K, V> Node<K, V> {
         self.counted.wheel_mark()
     }
 
-    /// [`Ops`] of a node (how a handle keeps and lets go of it): one strong count of it
+    /// [`Ops`](super::handle::Ops) of a node (how a handle keeps and lets go of it): one strong count of it
     /// (S1).
     ///
     /// # Safety

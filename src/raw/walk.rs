@@ -54,7 +54,7 @@ where
         removed
     }
 
-    /// The cached entries, shard by shard, each shard walked as [`Shard::walk`] describes:
+    /// The cached entries, shard by shard, each shard walked as [`Shard::walk`](super::table::Shard::walk) describes:
     /// an entry cached throughout is yielded exactly once. Reads only, except that a shard's
     /// migration in flight is finished when the walk reaches it.
     pub(crate) fn entries<'g>(&'g self, pin: &'g Pin<'_>) -> impl Iterator<Item = (&'g K, &'g V)> {
