@@ -8,11 +8,12 @@
 //!
 //! **P10 (the door).** A newcomer heavier than the small queue's room is judged before its
 //! reservation takes anything: the main queue's victims it gathers are popped like
-//! a duel's, and either all go back to the main queue's head in their order (it lost, or the
-//! queue was too short to judge by) or all leave the main queue's total and pass to the caller
-//! to evict (it won, and joins the main queue at its admission). So a newcomer turned away
-//! displaced nothing, and a victim another thread removed meanwhile only frees less. The small
-//! queue's room it is judged by is a hint, like the share (P3).
+//! a duel's, and either all go back to the main queue (to its tail if the newcomer lost, as
+//! entries the CLOCK hand passed; to its head, in their order, if the queue was too short to
+//! judge by) or all leave the main queue's total and pass to the caller to evict (it won, and
+//! joins the main queue at its admission). So a newcomer turned away displaced nothing, and a
+//! victim another thread removed meanwhile only frees less. The small queue's room it is
+//! judged by is a hint, like the share (P3).
 
 #![forbid(unsafe_code)]
 
@@ -82,6 +83,15 @@ impl<T: Queued, const N: usize> Victims<T, N> {
     /// displaces nothing).
     pub(super) fn restore(self, queues: &EvictionPolicy<T>) {
         self.drain().for_each(|v| queues.front.push(v));
+    }
+
+    /// Puts them back at the main queue's tail, as entries the CLOCK hand passed (**P10**):
+    /// together they outcounted a heavy newcomer, which earns them a round, as a hit does.
+    /// Kept at the head, the same few would face every heavy newcomer and every leaver
+    /// while the entries behind them, heavy ones among them, were never weighed again
+    /// (`docs/EXPERIMENTS.md`, "Weighted admission").
+    fn pass(self, queues: &EvictionPolicy<T>) {
+        self.drain().for_each(|v| queues.main.push(v));
     }
 
     /// The first of them, and the others.
@@ -162,7 +172,7 @@ impl<T: Queued> EvictionPolicy<T> {
         }
         limit.record(hash, 1);
         if victims.freed < need || !victims.outcounted_by(estimate, 0) {
-            victims.restore(self);
+            victims.pass(self);
             return Door::Refuse;
         }
         let mut out = Vec::with_capacity(victims.len());

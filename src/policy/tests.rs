@@ -269,17 +269,25 @@ fn a_newcomer_heavier_than_the_small_queue_is_judged_against_the_victims_it_woul
         Some(vec![]),
         "5 (with this miss) against 6"
     );
-    assert_eq!(p.front.len(), 3, "the victims kept the main queue's head");
+    assert_eq!(
+        (
+            p.front.len(),
+            p.main.len(),
+            p.main_weight.load(Ordering::Relaxed)
+        ),
+        (0, 90, 90),
+        "the victims went back to the main queue's tail, still counted"
+    );
     assert_eq!(p.estimate(500), 5, "the miss was recorded");
     assert_eq!(
         door(&p, 500, 20, 3),
         Some(vec![]),
-        "6 against 6: a tie keeps them"
+        "6 against the next three's 6: a tie keeps them"
     );
     assert_eq!(
         door(&p, 500, 20, 3),
-        Some(vec![0, 1, 2]),
-        "7 against 6: it displaces them"
+        Some(vec![6, 7, 8]),
+        "7 against 6: it displaces the three the hand reached next"
     );
     assert_eq!(p.main_weight.load(Ordering::Relaxed), 87);
     assert!(p.front.is_empty() && p.queueing());
@@ -320,7 +328,11 @@ fn the_door_opens_when_the_main_queue_is_too_short_to_judge_and_refuses_what_it_
     }
     r.record(900, 20);
     assert_eq!(door(&r, 900, 70, 70), Some(vec![]));
-    assert_eq!(r.front.len(), 64);
+    assert_eq!(
+        (r.front.len(), r.main.len()),
+        (0, 80),
+        "all 64 passed to the tail"
+    );
 }
 
 #[test]
