@@ -282,10 +282,9 @@ where
     /// handing it back, as [`insert`](Self::insert) does): a deadline for this entry, in
     /// place of the one the cache's expiry rule would give it. Later reads and replacements
     /// follow the rule again: a [`time_to_idle`](crate::CacheBuilder::time_to_idle) read
-    /// moves the deadline to the idle time from then, an
-    /// [`Expiry::after_read`] returning `None` keeps it, and a
-    /// plain `insert` over it sets the rule's deadline. A `ttl` of zero expires the entry at
-    /// once; one past the clock's end never does.
+    /// moves the deadline to the idle time from then, an [`Expiry::after_read`] returning
+    /// `None` keeps it, and a plain `insert` over it sets the rule's deadline. A `ttl` of zero
+    /// expires the entry at once; one past the clock's end never does.
     ///
     /// # Errors
     /// As [`insert`](Self::insert), and also when the cache was built without an expiry rule

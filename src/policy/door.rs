@@ -86,10 +86,7 @@ impl<T: Queued, const N: usize> Victims<T, N> {
     }
 
     /// Puts them back at the main queue's tail, as entries the CLOCK hand passed (**P10**):
-    /// together they outcounted a heavy newcomer, which earns them a round, as a hit does.
-    /// Kept at the head, the same few would face every heavy newcomer and every leaver
-    /// while the entries behind them, heavy ones among them, were never weighed again
-    /// (`docs/EXPERIMENTS.md`, "Weighted admission").
+    /// outcounting a heavy newcomer earns them a round, as a hit does.
     fn pass(self, queues: &EvictionPolicy<T>) {
         self.drain().for_each(|v| queues.main.push(v));
     }

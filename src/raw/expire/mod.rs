@@ -7,8 +7,8 @@
 //! never returned. A time-to-idle read moves the deadline forward, at most once per
 //! [`TICK`] (a plain store to the entry, as the frequency mark is). The wheel takes expired
 //! entries out of the table, their weight back to the budget and their values to the
-//! listener as [`RemovalCause::Expired`], as the writes that
-//! run its steps or [`purge`](super::RawCache::purge_expired) reach their time.
+//! listener as [`RemovalCause::Expired`], as the writes that run its steps or
+//! [`purge`](super::RawCache::purge_expired) reach their time.
 //!
 //! # Invariants of the wheel
 //!

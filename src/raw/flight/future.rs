@@ -3,9 +3,10 @@
 //!
 //! - A miss links a `LOADING` node marked as built by a task (token 0: a task may move
 //!   between threads, so the blocking path's same-thread check cannot name it) and polls the
-//!   build future inside an [`Attempt`](super::Attempt) guard: if the future is dropped before it finishes,
-//!   the guard ends the attempt `DEAD` with no outcome, and the waiters (tasks and threads)
-//!   wake and one of them takes the build over, as when a blocking builder unwinds.
+//!   build future inside an [`Attempt`](super::Attempt) guard: if the future is dropped
+//!   before it finishes, the guard ends the attempt `DEAD` with no outcome, and the waiters
+//!   (tasks and threads) wake and one of them takes the build over, as when a blocking
+//!   builder unwinds.
 //! - Recursion: while a build future is polled, its node is on this thread's chain of
 //!   [`Frame`]s, so a lookup of the same key made from inside that poll (the future awaiting
 //!   its own key) finds it, and gets [`Recursion`] instead of waiting for itself forever.
