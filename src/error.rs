@@ -294,27 +294,54 @@ impl<K> fmt::Display for RecursionError<K> {
 
 impl<K> std::error::Error for RecursionError<K> {}
 
-/// Why an async single-flight call with a fallible build future
-/// ([`try_get_or_insert_with_async`](crate::Cache::try_get_or_insert_with_async)) has no
-/// value.
+/// Why a single-flight call with a fallible build has no value: the blocking
+/// [`try_get_or_insert_with`](crate::Cache::try_get_or_insert_with) and
+/// [`get_or_build`](crate::Cache::get_or_build), and their async forms.
 ///
 /// ```
 /// use runcache::BuildError;
 ///
-/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let cache = runcache::Cache::<u32, u32>::new(10);
-/// let err = cache.try_get_or_insert_with_async(1, async { Err("offline") }).await.unwrap_err();
+/// let err = cache.try_get_or_insert_with(1, || Err("offline")).unwrap_err();
 /// assert!(matches!(err, BuildError::Failed(ref e) if **e == "offline"));
 /// assert_eq!(err.to_string(), "the build failed: offline");
+///
+/// // A build that asks for its own key gets the key back instead of waiting for itself.
+/// let outer = cache.try_get_or_insert_with(2, || {
+///     let inner = cache.try_get_or_insert_with(2, || Ok::<_, &str>(0));
+///     Err(inner.unwrap_err())
+/// });
+/// let inner = outer.unwrap_err().failed().map(|e| matches!(e, BuildError::Recursion(_)));
+/// assert_eq!(inner, Some(true));
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let err = cache.try_get_or_insert_with_async(1, async { Err("offline") }).await.unwrap_err();
+/// assert_eq!(err.failed(), Some(&"offline"));
 /// # });
 /// ```
 #[non_exhaustive]
 pub enum BuildError<K, E> {
-    /// The build future returned this error: this caller's, or the one of the attempt it
-    /// waited on (shared by every caller of that attempt). Nothing was cached.
+    /// The build returned this error: this caller's, or the one of the attempt it waited on
+    /// (shared by every caller of that attempt). Nothing was cached.
     Failed(std::sync::Arc<E>),
     /// The call would have waited for itself (see [`RecursionError`]).
     Recursion(RecursionError<K>),
+}
+
+impl<K, E> BuildError<K, E> {
+    /// The build's error, if the build failed; `None` for a recursion.
+    ///
+    /// ```
+    /// let cache = runcache::Cache::<u32, u32>::new(10);
+    /// let err = cache.try_get_or_insert_with(1, || Err("no compiler")).unwrap_err();
+    /// assert_eq!(err.failed(), Some(&"no compiler"));
+    /// ```
+    pub fn failed(&self) -> Option<&E> {
+        match self {
+            BuildError::Failed(e) => Some(e),
+            BuildError::Recursion(_) => None,
+        }
+    }
 }
 
 impl<K> BuildError<K, std::convert::Infallible> {

@@ -63,7 +63,7 @@ fn a_builder_without_a_value_caches_nothing_and_is_asked_again() {
     let e = c
         .try_get_or_create(&ConvKey(1), |_| Err::<u32, _>("no kernel"))
         .unwrap_err();
-    assert_eq!(*e, "no kernel");
+    assert_eq!(e.failed(), Some(&"no kernel"));
     let (v, how) = c.get_or_create_opt(&ConvKey(1), |k| Some(k.0 + 1)).unwrap();
     assert_eq!((*v, how), (2, Lookup::Miss));
     let (v, how) = c

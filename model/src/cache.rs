@@ -223,7 +223,7 @@ pub fn run(input: Input) -> Outcome {
                 let r = cache.try_get_or_insert_with(key, || Err::<u32, u8>(key));
                 match model.map.get(&key) {
                     Some(cur) => ensure_eq!(r.ok().map(|v| *v), Some(*cur), "{at}"),
-                    None => ensure_eq!(r.map_err(|e| *e), Err(key), "{at}"),
+                    None => ensure_eq!(r.map_err(|e| e.failed().copied()), Err(Some(key)), "{at}"),
                 }
             }
             Op::Clear => {

@@ -98,7 +98,11 @@ pub fn run(input: Input) -> Outcome {
                         Some((*cur, Lookup::Hit)),
                         "{at}"
                     ),
-                    None => ensure_eq!(r.err().map(|e| *e), Some(k), "{at}: the builder's error"),
+                    None => ensure_eq!(
+                        r.err().and_then(|e| e.failed().copied()),
+                        Some(k),
+                        "{at}: the builder's error"
+                    ),
                 }
             }
             Op::Optional(k, false) => {

@@ -144,7 +144,7 @@ impl<'s> Backend<'s> {
         self.compiled(start, kernel)
     }
 
-    fn kernel_async_error(e: runcache::BuildError<Shape, Failure>) -> Failure {
+    fn kernel_error(e: runcache::BuildError<Shape, Failure>) -> Failure {
         match e {
             runcache::BuildError::Failed(e) => (*e).clone(),
             other => Failure::Cache(other.to_string()),
@@ -158,7 +158,7 @@ impl<'s> Backend<'s> {
                 kernels
                     .try_get_or_insert_with_async(shape, self.compile_async(shape))
                     .await
-                    .map_err(Self::kernel_async_error)?,
+                    .map_err(Self::kernel_error)?,
             ),
             Caches::Peer { kernels, .. } => Held::Arc(
                 kernels
@@ -175,7 +175,7 @@ impl<'s> Backend<'s> {
             Caches::Runcache { kernels, .. } => Held::Handle(
                 kernels
                     .try_get_or_insert_with(shape, compile)
-                    .map_err(|e| (*e).clone())?,
+                    .map_err(Self::kernel_error)?,
             ),
             Caches::Peer { kernels, .. } => Held::Arc(kernels.get_or_build(shape, compile)?),
         })

@@ -5,7 +5,7 @@
 
 use super::{fetched, Cache, Fetched};
 use crate::error::{BuildError, RecursionError};
-use crate::raw::{Handle, Served};
+use crate::raw::Handle;
 use std::convert::Infallible;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
@@ -133,7 +133,7 @@ where
         E: Send + Sync + 'static,
         F: Future<Output = Result<V, E>>,
     {
-        outcome(self.raw.get_or_build_async(key, build).await)
+        fetched(self.raw.get_or_build_async(key, build).await)
     }
 
     /// [`get_or_build_async`](Self::get_or_build_async) for the key that `eq` accepts, found
@@ -152,20 +152,10 @@ where
         E: Send + Sync + 'static,
         F: Future<Output = Result<V, E>>,
     {
-        outcome(
+        fetched(
             self.raw
                 .get_or_build_async_from(probe, eq, key, build)
                 .await,
         )
-    }
-}
-
-/// The public form of what the engine's async single flight served.
-fn outcome<K, V, E>(
-    served: Result<Served<V, E>, crate::raw::Recursion<K>>,
-) -> Result<Fetched<V>, BuildError<K, E>> {
-    match served {
-        Ok(served) => fetched(served).map_err(BuildError::Failed),
-        Err(crate::raw::Recursion(key)) => Err(BuildError::Recursion(RecursionError { key })),
     }
 }

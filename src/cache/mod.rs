@@ -15,15 +15,14 @@ pub use builder::{CacheBuilder, WhenFull};
 pub use outcome::{Fetched, Lookup, Source, Stats};
 pub use pinned::Pinned;
 
-use crate::error::InsertError;
+use crate::error::{BuildError, InsertError, RecursionError};
 pub use crate::raw::{Clock, Expiry, Handle, ManualClock, RemovalCause, WeakHandle, MAX_SHARDS};
-use crate::raw::{RawCache, Served};
+use crate::raw::{RawCache, Recursion, Served};
 use equivalent::Equivalent;
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::panic::{RefUnwindSafe, UnwindSafe};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The hasher a cache uses unless [`CacheBuilder::hasher`] picks another: foldhash's fast,
@@ -341,8 +340,12 @@ where
     ///
     /// # Recursion
     /// If `build` asks this cache for the same key on the same thread, that inner call panics
-    /// with a message saying so, instead of waiting for itself forever. (A builder that hands
-    /// the same request to another thread and waits for it is not detected.)
+    /// with a message saying so, instead of waiting for itself forever; the panic names the
+    /// inner call's line. The fallible forms
+    /// ([`try_get_or_insert_with`](Self::try_get_or_insert_with),
+    /// [`get_or_build`](Self::get_or_build)) return [`BuildError::Recursion`] with the key
+    /// instead. (A builder that hands the same request to another thread and waits for it
+    /// is not detected.)
     ///
     /// ```
     /// let cache = runcache::Cache::new(100);
@@ -355,22 +358,26 @@ where
     #[track_caller]
     pub fn get_or_insert_with(&self, key: K, build: impl FnOnce() -> V) -> Handle<V> {
         match self.raw.get_or_build::<Infallible, _>(key, |_| Ok(build())) {
-            Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. } => v,
-            Served::Failed(e) => match *e {},
+            Ok(Served::Hit(v) | Served::Shared(v) | Served::Built { value: v, .. }) => v,
+            Ok(Served::Failed(e)) => match *e {},
+            Err(r) => r.panic(),
         }
     }
 
     /// Like [`get_or_insert_with`](Self::get_or_insert_with), for a builder that can fail.
     ///
     /// # Errors
-    /// The builder's error, shared by this caller and every caller that waited on that
-    /// attempt. Nothing is cached; the next call builds again. (A waiter whose own error type
-    /// differs from the failed builder's runs its own builder instead.)
+    /// [`BuildError::Failed`] with the builder's error, shared by this caller and every
+    /// caller that waited on that attempt: nothing is cached, and the next call builds again.
+    /// (A waiter whose own error type differs from the failed builder's runs its own builder
+    /// instead.) [`BuildError::Recursion`], with the key, if this call comes from inside the
+    /// key's own build on this thread (see [`get_or_insert_with`](Self::get_or_insert_with),
+    /// "Recursion").
     ///
     /// ```
     /// let cache = runcache::Cache::new(100);
     /// let failed = cache.try_get_or_insert_with("kernel", || Err::<u32, _>("no compiler"));
-    /// assert_eq!(*failed.unwrap_err(), "no compiler");
+    /// assert_eq!(failed.unwrap_err().failed(), Some(&"no compiler"));
     /// assert!(!cache.contains_key("kernel"), "a failure is not cached");
     /// let built = cache.try_get_or_insert_with("kernel", || Ok::<_, &str>(7)).unwrap();
     /// assert_eq!(*built, 7);
@@ -380,7 +387,7 @@ where
         &self,
         key: K,
         build: impl FnOnce() -> Result<V, E>,
-    ) -> Result<Handle<V>, Arc<E>>
+    ) -> Result<Handle<V>, BuildError<K, E>>
     where
         E: Send + Sync + 'static,
     {
@@ -408,7 +415,7 @@ where
         &self,
         key: K,
         build: impl FnOnce(&K) -> Result<V, E>,
-    ) -> Result<Fetched<V>, Arc<E>>
+    ) -> Result<Fetched<V>, BuildError<K, E>>
     where
         E: Send + Sync + 'static,
     {
@@ -425,7 +432,7 @@ where
         eq: impl Fn(&K) -> bool,
         key: impl FnOnce() -> K,
         build: impl FnOnce(&K) -> Result<V, E>,
-    ) -> Result<Fetched<V>, Arc<E>>
+    ) -> Result<Fetched<V>, BuildError<K, E>>
     where
         Q: Hash + ?Sized,
         E: Send + Sync + 'static,
@@ -457,9 +464,10 @@ where
             || key.clone(),
             |k| Ok(build(k)),
         ) {
-            Served::Hit(v) | Served::Shared(v) => (v, Lookup::Hit),
-            Served::Built { value, .. } => (value, Lookup::Miss),
-            Served::Failed(e) => match *e {},
+            Ok(Served::Hit(v) | Served::Shared(v)) => (v, Lookup::Hit),
+            Ok(Served::Built { value, .. }) => (value, Lookup::Miss),
+            Ok(Served::Failed(e)) => match *e {},
+            Err(r) => r.panic(),
         }
     }
 
@@ -573,20 +581,24 @@ where
     }
 }
 
-/// A single-flight result as [`Cache::get_or_build`] reports it.
-fn fetched<V, E>(served: Served<V, E>) -> Result<Fetched<V>, Arc<E>> {
+/// A single-flight result as [`Cache::get_or_build`] and
+/// [`Cache::get_or_build_async`] report it.
+fn fetched<K, V, E>(
+    served: Result<Served<V, E>, Recursion<K>>,
+) -> Result<Fetched<V>, BuildError<K, E>> {
     let (value, source) = match served {
-        Served::Hit(v) => (v, Source::Hit),
-        Served::Shared(v) => (v, Source::Shared),
-        Served::Built {
+        Ok(Served::Hit(v)) => (v, Source::Hit),
+        Ok(Served::Shared(v)) => (v, Source::Shared),
+        Ok(Served::Built {
             value,
             cached: true,
-        } => (value, Source::Cached),
-        Served::Built {
+        }) => (value, Source::Cached),
+        Ok(Served::Built {
             value,
             cached: false,
-        } => (value, Source::Uncached),
-        Served::Failed(e) => return Err(e),
+        }) => (value, Source::Uncached),
+        Ok(Served::Failed(e)) => return Err(BuildError::Failed(e)),
+        Err(Recursion(key)) => return Err(BuildError::Recursion(RecursionError { key })),
     };
     Ok(Fetched { value, source })
 }

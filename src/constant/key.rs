@@ -77,10 +77,12 @@ pub enum AddError<E> {
         /// The buffer that was built, handed back.
         buffer: Handle<ConstantBuffer>,
     },
-    /// An async build
-    /// ([`ConstantCache::get_or_add_async`](super::ConstantCache::get_or_add_async)) asked
-    /// for the key it is building, from inside its own poll: waiting would wait for itself.
-    /// Nothing was built by the call that got this.
+    /// A build asked for the key it is building: a blocking one
+    /// ([`ConstantCache::get_or_add`](super::ConstantCache::get_or_add)) on its own thread,
+    /// or an async one
+    /// ([`ConstantCache::get_or_add_async`](super::ConstantCache::get_or_add_async)) from
+    /// inside its own poll. Waiting would wait for itself; nothing was built by the call
+    /// that got this.
     Recursion {
         /// The key that was asked for.
         key: ConstantKey,

@@ -245,7 +245,8 @@ impl ConstantCache {
     /// # Errors
     /// [`AddError`], shared by this caller and everyone who waited on the same attempt: the
     /// builder's error, or a built buffer of another size or device (handed back inside the
-    /// error). Nothing is cached; the next call builds again.
+    /// error). Nothing is cached; the next call builds again. [`AddError::Recursion`] if
+    /// `build` asks for its own key on its own thread.
     ///
     /// ```
     /// use runcache::constant::{ConstantCache, ConstantKey};
@@ -271,10 +272,13 @@ impl ConstantCache {
     where
         E: Send + Sync + 'static,
     {
-        let fetched = self.cache.get_or_build(key, |_| {
-            let now = self.tick();
-            self.check(build(), size_bytes, now)
-        })?;
+        let fetched = self
+            .cache
+            .get_or_build(key, |_| {
+                let now = self.tick();
+                self.check(build(), size_bytes, now)
+            })
+            .map_err(add_error)?;
         Ok(self.added(fetched))
     }
 
@@ -317,10 +321,7 @@ impl ConstantCache {
                 self.check(build.await, size_bytes, now)
             })
             .await
-            .map_err(|e| match e {
-                BuildError::Failed(e) => e,
-                BuildError::Recursion(r) => Arc::new(AddError::Recursion { key: r.key }),
-            })?;
+            .map_err(add_error)?;
         Ok(self.added(fetched))
     }
 
@@ -660,6 +661,15 @@ impl ConstantCache {
     /// ```
     pub fn stats(&self) -> Stats {
         self.cache.stats()
+    }
+}
+
+/// The error of a failed `get_or_add`: the build's (or the check's) error, shared with every
+/// caller that waited on the attempt, or the key of a build that asked for its own key.
+fn add_error<E>(e: BuildError<ConstantKey, AddError<E>>) -> Arc<AddError<E>> {
+    match e {
+        BuildError::Failed(e) => e,
+        BuildError::Recursion(r) => Arc::new(AddError::Recursion { key: r.key }),
     }
 }
 

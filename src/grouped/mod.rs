@@ -49,6 +49,7 @@ use expiry::{Expired, Stored};
 
 use crate::cache::{Cache, CacheBuilder, Fetched, Handle, Source, WhenFull};
 use crate::error::{BuildError, RecursionError};
+use crate::raw::Recursion;
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
 use owner::OwnerLog;
@@ -218,6 +219,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
     /// let b = cache.get_or_insert_with(&0, &1, &"pool", || unreachable!());
     /// assert!(runcache::Handle::ptr_eq(&a, &b));
     /// ```
+    #[track_caller]
     pub fn get_or_insert_with(
         &self,
         session: &S,
@@ -271,6 +273,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         old
     }
 
+    #[track_caller]
     fn get_or_insert_as(
         &self,
         owner: Option<OwnerId>,
@@ -282,16 +285,17 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
         // The group is made (which may evict the session's oldest) only on a miss, before
         // the build: `key` runs then, and only then.
         let mut group = None;
-        let fetched = self
-            .values
-            .get_or_build_from(
-                // A tuple of references hashes exactly as the owned tuple key does.
-                &(s, g, n),
-                same(s, g, n),
-                self.key_and_group(s, g, n, &mut group),
-                |_| Ok::<_, ()>(build()),
-            )
-            .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
+        let fetched = match self.values.get_or_build_from(
+            // A tuple of references hashes exactly as the owned tuple key does.
+            &(s, g, n),
+            same(s, g, n),
+            self.key_and_group(s, g, n, &mut group),
+            |_| Ok::<_, Infallible>(build()),
+        ) {
+            Ok(fetched) => fetched,
+            Err(BuildError::Failed(e)) => match *e {},
+            Err(BuildError::Recursion(r)) => Recursion(r.key).panic(),
+        };
         self.built(owner, group, fetched, (s, g, n))
     }
 
@@ -403,7 +407,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                     })
                 },
             )
-            .unwrap_or_else(|_| unreachable!("the builder cannot fail"))
+            .unwrap_or_else(|_| unreachable!("the builder neither fails nor asks the cache"))
             .value;
         let fetched = self
             .groups
@@ -423,7 +427,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> GroupedCache<S, G, N, 
                     })
                 },
             )
-            .unwrap_or_else(|_| unreachable!("the builder cannot fail"));
+            .unwrap_or_else(|_| unreachable!("the builder neither fails nor asks the cache"));
         if fetched.source == Source::Cached {
             session.order.push((g.clone(), fetched.value.serial));
             // Relaxed: the count is one word; the order queue decides which group goes.

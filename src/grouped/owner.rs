@@ -221,6 +221,7 @@ impl<S: Part, G: Part, N: Part, V: Send + Sync + 'static> Owned<'_, S, G, N, V> 
     /// cache.clear_owner(OwnerId(1));
     /// assert!(cache.is_empty());
     /// ```
+    #[track_caller]
     pub fn get_or_insert_with(
         &self,
         session: &S,

@@ -43,12 +43,12 @@ mod typemap;
 
 use crate::cache::{Cache, Handle, Lookup, Source};
 use crate::error::{BuildError, RecursionError};
+use crate::raw::Recursion;
 use std::any::Any;
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Arc;
 use typemap::{AsAny, TypeMap};
 
 /// OpenVINO's default capacity per key type.
@@ -169,6 +169,7 @@ impl MultiCache {
     /// let (_, how) = cache.get_or_create(&"conv", |_| -> usize { unreachable!() });
     /// assert_eq!(how, Lookup::Hit);
     /// ```
+    #[track_caller]
     pub fn get_or_create<K, V>(&self, key: &K, build: impl FnOnce(&K) -> V) -> (Handle<V>, Lookup)
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -182,12 +183,13 @@ impl MultiCache {
     /// the builder is asked again next time.
     ///
     /// # Errors
-    /// The builder's error.
+    /// [`BuildError::Failed`] with the builder's error, or [`BuildError::Recursion`] if
+    /// `build` asks for its own key (as [`Cache::try_get_or_insert_with`]).
     ///
     /// ```
     /// let cache = runcache::multi::MultiCache::new(10);
     /// let err = cache.try_get_or_create(&7u32, |_| Err::<String, _>("unsupported shape"));
-    /// assert_eq!(*err.unwrap_err(), "unsupported shape");
+    /// assert_eq!(err.unwrap_err().failed(), Some(&"unsupported shape"));
     /// let (ok, _) = cache.try_get_or_create(&7u32, |k| Ok::<_, &str>(k.to_string())).unwrap();
     /// assert_eq!(*ok, "7");
     /// ```
@@ -195,7 +197,7 @@ impl MultiCache {
         &self,
         key: &K,
         build: impl FnOnce(&K) -> Result<V, E>,
-    ) -> Result<(Handle<V>, Lookup), Arc<E>>
+    ) -> Result<(Handle<V>, Lookup), BuildError<K, E>>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
         V: Send + Sync + 'static,
@@ -208,7 +210,8 @@ impl MultiCache {
     }
 
     /// Like [`get_or_create`](Self::get_or_create), for a builder that may yield nothing:
-    /// `None` is returned, nothing is cached, and the builder is asked again next time.
+    /// `None` is returned, nothing is cached, and the builder is asked again next time. A
+    /// build that asks for its own key panics, as `get_or_create`'s does.
     ///
     /// ```
     /// let cache = runcache::multi::MultiCache::new(10);
@@ -216,6 +219,7 @@ impl MultiCache {
     /// let (v, _) = cache.get_or_create_opt(&3u32, |k| Some(u64::from(*k) * 2)).unwrap();
     /// assert_eq!(*v, 6);
     /// ```
+    #[track_caller]
     pub fn get_or_create_opt<K, V>(
         &self,
         key: &K,
@@ -225,8 +229,11 @@ impl MultiCache {
         K: Hash + Eq + Clone + Send + Sync + 'static,
         V: Send + Sync + 'static,
     {
-        self.try_get_or_create(key, |k| build(k).ok_or(NoValue))
-            .ok()
+        match self.try_get_or_create(key, |k| build(k).ok_or(NoValue)) {
+            Ok(found) => Some(found),
+            Err(BuildError::Failed(_)) => None,
+            Err(BuildError::Recursion(r)) => Recursion(r.key).panic(),
+        }
     }
 
     /// The async form of [`get_or_create`](Self::get_or_create): `build` is polled only on

@@ -295,7 +295,9 @@ fn perform(
             let result = catch_unwind(AssertUnwindSafe(|| cache.get_or_build(k, build)));
             Ret::Built(match result {
                 Err(_) => Built::Panicked,
-                Ok(Err(e)) => Built::Failed(*e),
+                Ok(Err(e)) => {
+                    Built::Failed(*e.failed().expect("a build that never asks for its own key"))
+                }
                 Ok(Ok(f)) => match f.source {
                     Source::Hit => Built::Hit(*f.value),
                     Source::Shared => Built::Shared(*f.value),

@@ -22,20 +22,13 @@ use super::super::node::{Node, NodeRef};
 use super::super::slot::LOADING;
 use super::super::table::Shard;
 use super::super::{RawCache, Served};
-use super::{Flight, Step};
+use super::{Flight, Recursion, Step};
 use crate::sync::yield_now;
 use std::cell::Cell;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-
-/// The build in flight is the caller's own: a build future asked for its own key from
-/// inside its poll (or a task, for a key that a blocking builder further up its thread's
-/// stack is building).
-/// The key comes back with it.
-#[derive(Debug)]
-pub(crate) struct Recursion<K>(pub(crate) K);
 
 impl<K, V, S> RawCache<K, V, S>
 where

@@ -20,10 +20,30 @@ use super::node::{handle_of, hold, Listed, Node, NodeRef, Outcome, View};
 use super::slot::{DEAD, READY};
 use super::table::Shard;
 use super::{RawCache, Served};
-pub(crate) use future::Recursion;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
+
+/// The build in flight is the caller's own: a builder asked for its own key on the thread
+/// that runs it, or a build future from inside its poll (or a task, for a key that a
+/// blocking builder further up its thread's stack is building). Waiting would wait for
+/// itself; the key comes back with it.
+#[derive(Debug)]
+pub(crate) struct Recursion<K>(pub(crate) K);
+
+impl<K> Recursion<K> {
+    /// The panic of a call that has no error to return it by (the infallible blocking
+    /// `get_or_*` forms). `#[track_caller]`, so that it names the line of the caller of
+    /// the public method that calls it directly.
+    #[track_caller]
+    pub(crate) fn panic(self) -> ! {
+        panic!(
+            "runcache: a builder asked the same cache for the same key it is building, on \
+             the same thread; this would wait for itself forever (see \
+             `Cache::get_or_insert_with`, \"Recursion\")"
+        )
+    }
+}
 
 /// What a single-flight caller does next, as [`RawCache::flight_step`] found the key.
 pub(super) enum Step<K, V> {
@@ -44,18 +64,17 @@ where
     V: Send + Sync + 'static,
     S: BuildHasher,
 {
-    /// The single-flight path shared by every `get_or_*` method. `#[track_caller]` down to
-    /// the recursion panic, so that it names the caller's line.
+    /// The single-flight path shared by every blocking `get_or_*` method; [`Recursion`],
+    /// with the key, if the key's build in flight is this thread's own.
     #[inline]
-    #[track_caller]
-    pub(crate) fn get_or_build<E, F>(&self, key: K, build: F) -> Served<V, E>
+    pub(crate) fn get_or_build<E, F>(&self, key: K, build: F) -> Result<Served<V, E>, Recursion<K>>
     where
         E: Send + Sync + 'static,
         F: FnOnce(&K) -> Result<V, E>,
     {
         let hash = self.hash(&key);
         match self.hit(hash, |k| *k == key) {
-            Some(value) => Served::Hit(value),
+            Some(value) => Ok(Served::Hit(value)),
             None => {
                 let served = self.build_or_wait(key, hash, build);
                 self.passing_on(served)
@@ -67,14 +86,13 @@ where
     /// [`get_eq`](Self::get_eq)), made by `key` only on a miss: a hit clones no key. `key()`
     /// must hash as `probe` does and be the key `eq` accepts.
     #[inline]
-    #[track_caller]
     pub(crate) fn get_or_build_from<Q, E, F>(
         &self,
         probe: &Q,
         eq: impl Fn(&K) -> bool,
         key: impl FnOnce() -> K,
         build: F,
-    ) -> Served<V, E>
+    ) -> Result<Served<V, E>, Recursion<K>>
     where
         Q: Hash + ?Sized,
         E: Send + Sync + 'static,
@@ -82,7 +100,7 @@ where
     {
         let hash = self.hash(probe);
         if let Some(value) = self.hit(hash, eq) {
-            return Served::Hit(value);
+            return Ok(Served::Hit(value));
         }
         let key = key();
         debug_assert_eq!(self.hash(&key), hash, "`key()` hashes as `probe`");
@@ -113,8 +131,12 @@ where
 
     /// The blocking single-flight path after a first look missed: builds the key's entry
     /// (with a `LOADING` node of ours linked) or parks until the build in flight ends.
-    #[track_caller]
-    pub(super) fn build_or_wait<E, F>(&self, key: K, hash: u64, build: F) -> Served<V, E>
+    pub(super) fn build_or_wait<E, F>(
+        &self,
+        key: K,
+        hash: u64,
+        build: F,
+    ) -> Result<Served<V, E>, Recursion<K>>
     where
         E: Send + Sync + 'static,
         F: FnOnce(&K) -> Result<V, E>,
@@ -124,22 +146,15 @@ where
         let mut flight = Flight::new(key);
         loop {
             match self.flight_step(shard, hash, &mut flight, token, token) {
-                Step::Hit(value) => return Served::Hit(value),
-                Step::Build(node) => return self.build_into(node, shard, build),
+                Step::Hit(value) => return Ok(Served::Hit(value)),
+                Step::Build(node) => return Ok(self.build_into(node, shard, build)),
                 Step::Wait(node) => {
                     let state = node.slot.wait();
                     if let Some(served) = self.after_wait(&node, state) {
-                        return served;
+                        return Ok(served);
                     }
                 }
-                Step::Recursion => {
-                    drop(flight);
-                    panic!(
-                        "runcache: a builder asked the same cache for the same key it is \
-                         building, on the same thread; this would wait for itself forever \
-                         (see `Cache::get_or_insert_with`, \"Recursion\")"
-                    );
-                }
+                Step::Recursion => return Err(Recursion(flight.take_key())),
             }
         }
     }
