@@ -125,7 +125,7 @@ impl<T: Queued> EvictionPolicy<T> {
         need: u64,
         estimate: u64,
         most: u8,
-        limit: &Pass<'_, T>,
+        pass: &Pass<'_, T>,
     ) -> Victims<T, N> {
         let most = usize::from(most).min(N);
         let mut v = Victims {
@@ -136,10 +136,10 @@ impl<T: Queued> EvictionPolicy<T> {
             at_ceiling: 0,
         };
         while v.freed < need && v.n < most && (estimate >= sketch::MAX || v.against < estimate) {
-            let Some(e) = self.main_victim(limit) else {
+            let Some(e) = self.main_victim(pass) else {
                 break;
             };
-            let est = limit.estimate(e.hash());
+            let est = pass.estimate(e.hash());
             let taken = need - v.freed;
             v.against = v.against.saturating_add(share(est, taken, e.weight()));
             v.freed = v.freed.saturating_add(e.weight());
@@ -156,18 +156,18 @@ impl<T: Queued> EvictionPolicy<T> {
         if weight <= self.climber.small_room(capacity) || need == 0 || self.memory.get().is_none() {
             return Door::Open;
         }
-        let limit = Pass::new(self);
+        let pass = Pass::new(self);
         // The miss that brought it counts, as it would at its admission.
-        let estimate = limit.estimate(hash) + 1;
+        let estimate = pass.estimate(hash) + 1;
         let most = self.tuning.door_victims;
-        let victims = self.gather::<DOOR_VICTIMS>(need, estimate, most, &limit);
+        let victims = self.gather::<DOOR_VICTIMS>(need, estimate, most, &pass);
         let judged = victims.freed >= need || victims.len() >= usize::from(most);
         if !judged && victims.outcounted_by(estimate, 0) {
             // The main queue holds too little to judge by: the small queue makes the room.
             victims.restore(self);
             return Door::Open;
         }
-        limit.record(hash, 1);
+        pass.record(hash, 1);
         if victims.freed < need || !victims.outcounted_by(estimate, 0) {
             victims.pass(self);
             return Door::Refuse;
@@ -175,7 +175,7 @@ impl<T: Queued> EvictionPolicy<T> {
         let mut out = Vec::with_capacity(victims.len());
         for v in victims.drain() {
             uncount(&self.main_weight, &v);
-            limit.remember(v.hash(), self.climber.depart(true));
+            pass.remember(v.hash(), self.climber.depart(true));
             out.push(v);
         }
         // Relaxed: a switch that only turns on (see `admit`); the winner is queued by its

@@ -36,10 +36,10 @@ impl<T: Queued> EvictionPolicy<T> {
     /// - Otherwise the duel: the leaver takes its victims' places only if the sketch counts it
     ///   more often than them all (`door.rs`); a tie keeps the incumbents at the main queue's
     ///   head for the next duel.
-    pub(super) fn leave_small(&self, c: T, main_capacity: u64, limit: &Pass<'_, T>) -> Option<T> {
+    pub(super) fn leave_small(&self, c: T, main_capacity: u64, pass: &Pass<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
-        limit.record(c.hash(), accesses);
-        limit.left_small(hits);
+        pass.record(c.hash(), accesses);
+        pass.left_small(hits);
         // Every leaver moves the small queue's clock; the ghost dates an evicted one by it
         // (P9).
         let left = self.climber.depart(false);
@@ -52,12 +52,12 @@ impl<T: Queued> EvictionPolicy<T> {
             // Never hit and not remembered: it fills the main queue's room if the sketch saw
             // it before this miss, and with no room it may duel if the sketch knows it well.
             let stays = if room {
-                limit.estimate(c.hash()) >= 2
+                pass.estimate(c.hash()) >= 2
             } else {
-                limit.knows(c.hash(), self.tuning.known_estimate)
+                pass.knows(c.hash(), self.tuning.known_estimate)
             };
             if !stays {
-                return Some(self.evict_small(c, limit, left));
+                return Some(self.evict_small(c, pass, left));
             }
             if !room {
                 margin = self.tuning.known_margin;
@@ -69,7 +69,7 @@ impl<T: Queued> EvictionPolicy<T> {
         let promoted = hits >= self.tuning.promote_hits || returned_and_hit;
         // Relaxed: a hint (P7).
         if room && !promoted && self.owed.load(Ordering::Relaxed) > 0 {
-            return self.win_room(c, limit, left);
+            return self.win_room(c, pass, left);
         }
         if room || promoted {
             self.move_to_main(c);
@@ -79,14 +79,14 @@ impl<T: Queued> EvictionPolicy<T> {
         // victims as it would displace (up to `duel_victims`) and must outcount them all
         // (`door.rs`); entries of one weight meet one victim each, as TinyLFU's duel does.
         let victims =
-            self.gather::<DUEL_VICTIMS>(c.weight(), u64::MAX, self.tuning.duel_victims, limit);
+            self.gather::<DUEL_VICTIMS>(c.weight(), u64::MAX, self.tuning.duel_victims, pass);
         if victims.len() == 0 {
-            return Some(self.evict_small(c, limit, left));
+            return Some(self.evict_small(c, pass, left));
         }
         // Incumbents all at the counters' ceiling cannot be outweighed: the sketch may halve
         // early (`Sketch::at_ceiling`).
         if victims.all_at_ceiling() {
-            limit.at_ceiling();
+            pass.at_ceiling();
         }
         // The victims' weights never left the main queue's total. Back at its head, the
         // other victims of a duel won are evicted next (the main queue is over its share by
@@ -95,22 +95,22 @@ impl<T: Queued> EvictionPolicy<T> {
         // A leaver the ghost alone sent back (`margin` 0, no hits) that wins by exactly one
         // wins on the miss that brought it back; the win stands only while such wins earn
         // their places (**P8**, `narrow.rs`).
-        let estimate = limit.estimate(c.hash());
+        let estimate = pass.estimate(c.hash());
         let by_one = margin == 0 && hits == 0 && estimate == victims.against.saturating_add(1);
         let wins = victims.outcounted_by(estimate, margin) && (!by_one || self.narrow.stands());
         if !wins {
             victims.restore(self);
-            return Some(self.evict_small(c, limit, left));
+            return Some(self.evict_small(c, pass, left));
         }
         let Some((first, others)) = victims.split_first() else {
-            return Some(self.evict_small(c, limit, left));
+            return Some(self.evict_small(c, pass, left));
         };
         // Back at the main queue's head, its other victims are evicted next.
         others.for_each(|v| self.front.push(v));
         if by_one {
             c.meta().mark_won_by_one();
         }
-        Some(self.swap_into_main(c, first, by_one, limit))
+        Some(self.swap_into_main(c, first, by_one, pass))
     }
 
     /// The main queue's room for a leaver while some of it is owed (**P7**): the room was
@@ -118,15 +118,15 @@ impl<T: Queued> EvictionPolicy<T> {
     /// sketch estimates it more frequent than the main queue's victim, which keeps the head
     /// either way; a winner pays its weight off the debt. Returns the entry to evict (the
     /// loser), or `None` if the leaver moved to the main queue.
-    fn win_room(&self, c: T, limit: &Pass<'_, T>, left: Left) -> Option<T> {
-        let Some(v) = self.main_victim(limit) else {
+    fn win_room(&self, c: T, pass: &Pass<'_, T>, left: Left) -> Option<T> {
+        let Some(v) = self.main_victim(pass) else {
             self.move_to_main(c);
             return None;
         };
-        let wins = limit.estimate(c.hash()) > limit.estimate(v.hash());
+        let wins = pass.estimate(c.hash()) > pass.estimate(v.hash());
         self.front.push(v);
         if !wins {
-            return Some(self.evict_small(c, limit, left));
+            return Some(self.evict_small(c, pass, left));
         }
         // Saturating, as a racing winner may have paid it first (P7).
         subtract(&self.owed, c.weight());
@@ -136,9 +136,9 @@ impl<T: Queued> EvictionPolicy<T> {
 
     /// Takes a small-queue leaver off the queue's total and remembers it in the ghost, dated
     /// by the small queue's clock when it `left` (**P9**).
-    fn evict_small(&self, c: T, limit: &Pass<'_, T>, left: Left) -> T {
+    fn evict_small(&self, c: T, pass: &Pass<'_, T>, left: Left) -> T {
         uncount(&self.small_weight, &c);
-        limit.remember(c.hash(), left);
+        pass.remember(c.hash(), left);
         c
     }
 
@@ -147,14 +147,14 @@ impl<T: Queued> EvictionPolicy<T> {
     /// **P8**). The main queue's total moves by the difference of their weights only: moved
     /// in whole before the victim's weight came off, it read over the queue's share for an
     /// instant, and a concurrent evictor that read it then took a main entry without a duel.
-    fn swap_into_main(&self, c: T, first: T, by_one: bool, limit: &Pass<'_, T>) -> T {
+    fn swap_into_main(&self, c: T, first: T, by_one: bool, pass: &Pass<'_, T>) -> T {
         // The victim leaves the main queue: its clock moves, and dates it in the ghost (P9).
         let left = self.climber.depart(true);
         // Linked before the winner is queued, where an evictor may visit it (P8).
         if by_one {
-            limit.remember_displaced(first.hash(), c.hash(), left);
+            pass.remember_displaced(first.hash(), c.hash(), left);
         } else {
-            limit.remember(first.hash(), left);
+            pass.remember(first.hash(), left);
         }
         c.meta().set_freq(0);
         let (w, off) = (c.weight(), first.weight());

@@ -401,9 +401,9 @@ impl<T: Queued> EvictionPolicy<T> {
     /// through for another round keep counting too. Otherwise a concurrent evictor would see
     /// the main queue short of what it holds, find "room" that is not there, and let
     /// newcomers in without their duel.
-    fn main_victim(&self, limit: &Pass<'_, T>) -> Option<T> {
+    fn main_victim(&self, pass: &Pass<'_, T>) -> Option<T> {
         let mut steps = 0;
-        while limit.allows(steps) {
+        while pass.allows(steps) {
             steps += 1;
             // An entry from `front` is the head that won a duel, visited again at once: only
             // a visit in the queue's turn says whether it sat idle for a round.
@@ -416,14 +416,14 @@ impl<T: Queued> EvictionPolicy<T> {
                 continue;
             }
             let (hits, accesses) = e.meta().take_hits();
-            limit.record(e.hash(), accesses);
+            pass.record(e.hash(), accesses);
             if in_turn {
-                limit.visit(e.hash(), hits);
+                pass.visit(e.hash(), hits);
             }
             let f = e.meta().freq();
             // A narrow winner hit since it won proved the win, if its victim has not come
             // back first (P8); one never hit proves nothing, and its victim's return says so.
-            if hits > 0 && e.meta().settle_won_by_one() && limit.proved_first(e.hash()) {
+            if hits > 0 && e.meta().settle_won_by_one() && pass.proved_first(e.hash()) {
                 self.narrow.proved();
             }
             if f > 0 {
@@ -438,9 +438,9 @@ impl<T: Queued> EvictionPolicy<T> {
 
     /// Takes the victim [`main_victim`](Self::main_victim) chose off the main queue's total
     /// and remembers it in the ghost.
-    fn evict_main(&self, v: T, limit: &Pass<'_, T>) -> T {
+    fn evict_main(&self, v: T, pass: &Pass<'_, T>) -> T {
         uncount(&self.main_weight, &v);
-        limit.remember(v.hash(), self.climber.depart(true));
+        pass.remember(v.hash(), self.climber.depart(true));
         v
     }
 
@@ -448,10 +448,10 @@ impl<T: Queued> EvictionPolicy<T> {
     /// value. The caller removes it from the table (which may fail if another thread removed
     /// it first; then it asks again).
     pub(crate) fn victim(&self, capacity: u64) -> Option<T> {
-        let limit = Pass::new(self);
+        let pass = Pass::new(self);
         let small_room = self.climber.small_room(capacity);
         let mut steps = 0;
-        while limit.allows(steps) {
+        while pass.allows(steps) {
             steps += 1;
             // The main queue gives up entries only beyond its share of the capacity. (Asking
             // "is the small queue over its share?" instead is the same question while the
@@ -468,13 +468,13 @@ impl<T: Queued> EvictionPolicy<T> {
                         uncount(&self.small_weight, &c);
                         continue;
                     }
-                    match self.leave_small(c, capacity.saturating_sub(small_room), &limit) {
+                    match self.leave_small(c, capacity.saturating_sub(small_room), &pass) {
                         Some(e) => return Some(e),
                         None => continue,
                     }
                 }
             }
-            match self.main_victim(&limit) {
+            match self.main_victim(&pass) {
                 Some(e) => {
                     if !main_over {
                         // The small queue was empty though the main queue is within its
@@ -482,7 +482,7 @@ impl<T: Queued> EvictionPolicy<T> {
                         // Relaxed: a hint.
                         self.owed.fetch_add(e.weight(), Ordering::Relaxed);
                     }
-                    return Some(self.evict_main(e, &limit));
+                    return Some(self.evict_main(e, &pass));
                 }
                 None if self.small_is_empty() => return None,
                 None => {}

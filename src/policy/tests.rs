@@ -171,9 +171,9 @@ fn evictions_are_dated_by_their_queue_and_their_returns_counted_near() {
     assert!(left.is_some_and(|l| !l.main), "{left:?}");
     admit(&p, entry(100), true, 1);
     // A main victim, back at once too.
-    let limit = Pass::new(&p);
-    let v = p.main_victim(&limit).unwrap();
-    let v = p.evict_main(v, &limit);
+    let pass = Pass::new(&p);
+    let v = p.main_victim(&pass).unwrap();
+    let v = p.evict_main(v, &pass);
     let (_, left) = m.recall_left(v.hash);
     assert!(left.is_some_and(|l| l.main), "{left:?}");
     admit(&p, entry(v.hash), true, 1);
@@ -660,8 +660,8 @@ fn idle_main_entries_lose_their_sketch_counts_only_while_aging() {
         p.main.push(hit);
         // The queue is 2, 3, 0, 1. One pass: 2 is the first entry at frequency 0.
         let pass = |expected: u64| {
-            let limit = Pass::new(&p);
-            let v = p.main_victim(&limit).unwrap();
+            let pass = Pass::new(&p);
+            let v = p.main_victim(&pass).unwrap();
             assert_eq!(v.hash, key(expected));
             v
         };
