@@ -342,15 +342,15 @@ mod tests {
             }
         }
 
-        /// Runs one full period per `(rate, window)`: the period hits at `rate`, and the
-        /// small queue's leavers had `window` of those hits. Returns the share after each.
+        /// Runs one full period per `(rate, small)`: the period hits at `rate`, and the
+        /// small queue's leavers had `small` of those hits. Returns the share after each.
         fn split(&mut self, periods: &[(f64, f64)]) -> Vec<u32> {
             let n = self.c.sample();
             periods
                 .iter()
-                .map(|&(rate, window)| {
+                .map(|&(rate, small)| {
                     let hits = (rate * n as f64) as u64;
-                    self.c.count_pass(0, 0, (window * hits as f64) as u64);
+                    self.c.count_pass(0, 0, (small * hits as f64) as u64);
                     self.accesses += n;
                     self.hits += hits;
                     assert!(
@@ -365,8 +365,8 @@ mod tests {
         /// Runs one full period per rate, the small queue earning its share's part of the
         /// hits (so the share holds); returns the share after each.
         fn periods(&mut self, rates: &[f64]) -> Vec<u32> {
-            let window = f64::from(self.c.share()) / f64::from(ONE);
-            let split: Vec<_> = rates.iter().map(|&r| (r, window)).collect();
+            let small = f64::from(self.c.share()) / f64::from(ONE);
+            let split: Vec<_> = rates.iter().map(|&r| (r, small)).collect();
             self.split(&split)
         }
     }
@@ -414,8 +414,8 @@ mod tests {
         assert!(0 < mild && mild < strong, "{mild} {strong}");
         // A log ratio of 2 (densities e² apart) moves the share by 2 × T.gain.
         let main_hits = 9_000.0;
-        let window = (main_hits + T.prior_hits) / 9.0 * 2f64.exp() - T.prior_hits;
-        let two = Climber::new(100, T).steer(w, main_hits as u64 + window as u64, window as u64);
+        let small = (main_hits + T.prior_hits) / 9.0 * 2f64.exp() - T.prior_hits;
+        let two = Climber::new(100, T).steer(w, main_hits as u64 + small as u64, small as u64);
         let expected = 2.0 * T.gain * f64::from(ONE);
         assert!((two as f64 - expected).abs() < 0.01 * expected, "{two}");
         // Hits only in the small queue, or only in the main one, move by at most T.max_move.
@@ -612,7 +612,7 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the counts (lagging, out of step, wrapping, huge; visits, window hits
+        /// Whatever the counts (lagging, out of step, wrapping, huge; visits, small-queue hits
         /// and the ghost's returns too), the share stays within its bounds, every move is
         /// finite and within T.max_move, the watch never passes its length, and nothing
         /// overflows or divides by zero.
@@ -627,8 +627,8 @@ mod tests {
             let c = Climber::new(entries, T);
             let mut accesses = 0u64;
             let most = (T.max_move * f64::from(ONE)) as i64;
-            for (hits, jump, window) in steps {
-                c.count_pass(jump as u32, (jump >> 32) as u32, window >> (jump % 64));
+            for (hits, jump, small) in steps {
+                c.count_pass(jump as u32, (jump >> 32) as u32, small >> (jump % 64));
                 accesses = accesses.wrapping_add(jump % c.sample().saturating_mul(4));
                 let before = c.share();
                 c.observe(hits, accesses);
@@ -636,10 +636,10 @@ mod tests {
                 prop_assert!(i64::from(c.share()).abs_diff(i64::from(before)) <= most as u64);
                 // Returns of any date, from either queue, near or not.
                 c.returned(Left { main: jump & 1 == 1, stamp: hits as u32 });
-                let _ = c.depart(window & 1 == 1);
+                let _ = c.depart(small & 1 == 1);
                 prop_assert!((T.min_share..=T.max_share).contains(&c.share()));
-                let share = (window as u32).clamp(T.min_share, T.max_share);
-                let moved = Climber::new(100, T).steer(share, hits, window);
+                let share = (small as u32).clamp(T.min_share, T.max_share);
+                let moved = Climber::new(100, T).steer(share, hits, small);
                 prop_assert!(moved.abs() <= most);
                 prop_assert!(c.small_room(jump) <= jump);
                 prop_assert!(c.watch.load(Ordering::Relaxed) <= T.moved_watch);
