@@ -1,37 +1,17 @@
-//! The small queue's share of the capacity, adapted on line by comparing what the two queues
-//! earn for their room, as Caffeine's window climber does for caches over 4,096 entries
-//! (`ben-manes/caffeine`, `.claude/docs/hill-climber.md`: its *density* tier).
+//! The small queue's share of the capacity (**P3**), and aging when the hot set moves
+//! (**P5**); `docs/DESIGN.md`, "What adapts, and what forgets", says what each does and why.
 //!
-//! The cache's accesses are sampled in periods of [`Climber::sample`] accesses (four per expected
-//! entry, at least [`Tuning::min_sample`]). In each period the small queue's *density* is the hits
-//! its entries had while in it, per unit of its share of the capacity, and the main queue's is the
-//! period's other hits per unit of the rest. At the end of the period the share moves by
-//! [`Tuning::gain`] times the log of their ratio (at most [`Tuning::max_move`] of the capacity): up
-//! while the small queue earns more per entry than the main queue, down while it earns less. Both
-//! densities come from the same period, so a change of the workload's phase (a scan, a burst of
-//! misses, a quiet spell) moves both and cancels in the ratio. The share rests where the small
-//! queue's part of the hits equals its part of the capacity. The share stays within
-//! [`Tuning::min_share`, `Tuning::max_share`]. Caffeine keeps its hit-rate climber below 4,096
-//! entries; here the density steers every size (`docs/EXPERIMENTS.md` compares them).
+//! At the close of each sampling period ([`Climber::sample`] accesses) the share moves by
+//! [`Tuning::gain`] times the log of the ratio of the two queues' hit densities (hits per unit
+//! of room), as Caffeine's window climber does for large caches (`ben-manes/caffeine`,
+//! `.claude/docs/hill-climber.md`); both densities come from one period, so a change of the
+//! workload's phase cancels in the ratio. Between closes the ghost's near returns nudge it
+//! (`near.rs`). A period whose hit rate fell by [`Tuning::moved_fall`] opens a watch, and a
+//! period of the watch with half the main queue's visits idle turns aging on for the next.
 //!
-//! Between the closes, the share also follows the ghost's *near returns* (**P9**,
-//! `near.rs`): batches of misses on hashes that a little more room in their queue would
-//! have kept move it towards that queue, so it adapts within traces too short to close a
-//! period.
-//!
-//! The climber also tells the policy when the hot set has moved (**P5**): a period whose hit rate
-//! fell by [`Tuning::moved_fall`] or more from the last opens a watch of [`Tuning::moved_watch`]
-//! periods, and a period of the watch in which at least half the main queue's entries were found
-//! idle (no hit since the policy's last visit, [`Climber::count_pass`]) turns *aging* on for the
-//! next period: the main queue's idle entries then lose half their sketch counts at each visit. A
-//! scan makes the rate fall too, but the main queue's entries keep their hits through it, so it
-//! never ages them.
-//!
-//! Nothing here is written on the hit path: the hit rate comes from the cache's own per-thread
-//! statistics, which the evictor sums now and then (`raw/evict.rs`), and a small-queue
-//! entry's hits are read from its meta when it leaves the queue. Each period is closed by
-//! exactly one thread, the one whose compare-and-swap moves the period's start; the others
-//! carry on with the share as it is, so no evictor waits for another (**P3**).
+//! Nothing here is written on the hit path: the hit rate comes from the cache's per-thread
+//! statistics, summed by the evictor (`raw/evict.rs`), and a small-queue entry's hits are read
+//! from its meta when it leaves the queue.
 //!
 //! **P3 (adaptive share).** The small queue's share is a hint that evictors read and one
 //! evictor at a time moves: the thread whose compare-and-swap moves the sampling period's start

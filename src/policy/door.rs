@@ -1,10 +1,8 @@
-//! The aggregated duel, and the door that uses it first (**P10**): a newcomer heavier than
-//! the small queue's room would push out everything there before its own turn to leave, so
-//! its reservation asks here first. It faces the main queue's victims it would displace and
-//! takes their place only if the sketch counts it more often than all of them together
-//! (the "aggregated victims" of Einziger, Eytan, Friedman and Manes, 2022, as moka admits);
-//! otherwise it is handed back uncached, having displaced nothing. A small-queue leaver's
-//! sized duel (`leave.rs`) gathers its victims the same way.
+//! The aggregated duel: a candidate faces the main queue's victims it would displace and
+//! takes their place only if the sketch counts it more often than all of them together (the
+//! "aggregated victims" of Einziger, Eytan, Friedman and Manes, 2022, as moka admits). The
+//! door uses it first for a newcomer heavier than the small queue's room, and a small-queue
+//! leaver's sized duel (`leave.rs`) gathers its victims the same way.
 //!
 //! **P10 (the door).** A newcomer heavier than the small queue's room is judged before its
 //! reservation takes anything: the main queue's victims it gathers are popped like

@@ -18,24 +18,11 @@ use super::{push, subtract, uncount, EvictionPolicy, Pass, Queued, DUEL_VICTIMS}
 use crate::sync::Ordering;
 
 impl<T: Queued> EvictionPolicy<T> {
-    /// Decides where an entry leaving the small queue goes; returns the entry to evict (the
-    /// leaver or the main queue's victim), or `None` if the leaver moved to the main queue
-    /// without displacing anything.
-    ///
-    /// - The S3-FIFO rule: an entry that was not hit (and that the ghost did not remember) is
-    ///   evicted unless the main queue has room and the sketch has seen it before this miss;
-    ///   with the main queue full it duels only if the sketch knows it well
-    ///   ([`Tuning::known_estimate`](super::Tuning::known_estimate)), and must win by
-    ///   [`Tuning::known_margin`](super::Tuning::known_margin): a key that comes back at a
-    ///   distance longer than the small queue is not lost at each pass, and one-hit wonders
-    ///   at the sketch's bare estimates do not displace proven entries.
-    /// - Any other leaver fills the main queue's room under `main_capacity`, unless room made
-    ///   by evictions without a duel is owed (**P7**): then it must beat the victim for it.
-    /// - One hit `promote_hits` times in the small queue, or remembered by the ghost and hit
-    ///   there, moves to the main queue whatever it holds: it proved itself while new.
-    /// - Otherwise the duel: the leaver takes its victims' places only if the sketch counts it
-    ///   more often than them all (`door.rs`); a tie keeps the incumbents at the main queue's
-    ///   head for the next duel.
+    /// Decides where an entry leaving the small queue goes (`docs/DESIGN.md`, "An entry's way
+    /// through", step 4): to the main queue's room, to the main queue whatever it holds once
+    /// proven ([`Tuning::promote_hits`](super::Tuning::promote_hits)), through the sized duel,
+    /// or out. Returns the entry to evict (the leaver or the main queue's victim), or `None`
+    /// if the leaver moved to the main queue without displacing anything.
     pub(super) fn leave_small(&self, c: T, main_capacity: u64, pass: &Pass<'_, T>) -> Option<T> {
         let (hits, accesses) = c.meta().take_hits();
         pass.record(c.hash(), accesses);

@@ -7,51 +7,41 @@
 //! displace. A newcomer heavier than the small queue's room is judged that way at the door,
 //! before it takes any. The small queue's share adapts to what each queue earns. A hit writes
 //! only the entry's own state byte, and only while it can still grow. `docs/DESIGN.md`,
-//! "Eviction", describes each rule, `docs/EXPERIMENTS.md` the measurements behind it.
-//!
-//! The files: this one, the queues, admission and the cold start (P1, P2, P6); `leave.rs`,
-//! where a small-queue leaver goes (P7); `door.rs`, the aggregated duel and the door (P10);
-//! `narrow.rs`, the check on duels won by one (P8); `climb.rs`, the share and aging (P3, P5);
-//! `near.rs`, the near returns (P9); `memory.rs` and `sketch.rs`, the ghost and the sketch
-//! (P4); `meta.rs`, the entry's state (P1); `upkeep.rs`, compaction and the bookkeeping
-//! check; `tuning.rs`, every value the rules are tuned by.
+//! "Eviction", describes each rule, `docs/EXPERIMENTS.md` the measurements behind it, and
+//! [`Tuning`] holds every value they are tuned by.
 //!
 //! The queues are `crossbeam_queue::SegQueue`s (a loom-visible model under loom, see
 //! `crate::sync::Queue`) of counts of the table's nodes, so a popped node is always valid. An
 //! entry is queued only once its value is published, so one being built is never evicted, and
 //! one of weight 0 never (I8). Removal from the table does not touch the queues: dead entries
-//! are skipped when popped and compacted away when they outnumber the live ones.
+//! are skipped when popped and compacted away when they outnumber the live ones (`upkeep.rs`).
 //!
 //! # Invariants
 //!
-//! Each is stated in full at the top of the file named, and P2 and P6 here.
+//! Each is stated in full in the file named; P2 and P6 here.
 //!
-//! - **P1 (one claim).** An entry is queued at most once in its life (`meta.rs`).
+//! - **P1 (one claim)**, `meta.rs`: an entry is queued at most once in its life.
 //! - **P2 (queueing).** Admissions join the queues once the policy is *queueing*, a switch
 //!   the first admission of a warm cache (at least half full) turns on for good. Entries
 //!   admitted before, or by a thread that read the switch late, stay unclaimed until the
-//!   engine enlists them: it sweeps its tables a step per admission once the switch is on,
-//!   and sweeps them whole when the queues give no victim while entries are cached, or look
-//!   short of the cache ([`EvictionPolicy::short_of`]) before one whole sweep has run with
-//!   the switch on (see `raw/evict.rs`). So every cached entry is either claimed and queued,
-//!   or unclaimed and reached by the sweep; eviction never misses an entry for good.
-//! - **P3 (adaptive share)** and **P5 (aging)** are hints written by the one evictor that
-//!   closes a sampling period (`climb.rs`).
-//! - **P4 (sized once, late).** The sketch and the ghost are published once; nobody waits for
-//!   them (`memory.rs`).
-//! - **P6 (cold order).** Entries admitted while the cache was under half full reach the
-//!   queues through the engine's sweep, which walks its tables in hash order, an order the
-//!   hasher's seed decides. Each such admission records its *stage*, how full the cache was
-//!   ([`Tuning::stages`] stages of the half), and the sweep's entries wait in one staging
-//!   queue per stage; the small queue's evictions take them, lowest stage first, before its
-//!   own entries (all admitted later). So the cold entries leave in the order they came, to a
-//!   stage's width, whatever order the seed gave the sweep. Staged entries count in the small
-//!   queue's weight; the staging queues are allocated by the sweep's first enlistment
-//!   ([`SetOnce`]), and an enlister that finds them not yet published queues its entry in the
-//!   small queue, which only orders it less well.
-//! - **P7 (owed room)**, **P8 (trust in narrow wins)** and **P9 (near returns)** are bounded
-//!   hints: no value of one can lose an entry (`leave.rs`, `narrow.rs`, `near.rs`).
-//! - **P10 (the door).** A newcomer turned away at the door displaced nothing (`door.rs`).
+//!   engine's sweep enlists them (a step per admission once the switch is on; whole when the
+//!   queues give no victim while entries are cached, or look short of the cache
+//!   ([`EvictionPolicy::short_of`]) before one whole sweep has run; `raw/evict.rs`). So
+//!   every cached entry is claimed and queued, or reached by the sweep.
+//! - **P3 (adaptive share)** and **P5 (aging)**, `climb.rs`: hints written by the one
+//!   evictor that closes a sampling period.
+//! - **P4 (sized once, late)**, `memory.rs`: the sketch and the ghost are published once;
+//!   nobody waits for them.
+//! - **P6 (cold order).** The sweep walks its tables in hash order, which the hasher's seed
+//!   decides; so each cold admission records its *stage* (how full the cache was, in
+//!   [`Tuning::stages`] parts of the half), and the sweep's entries wait in one staging queue
+//!   per stage, which the small queue's evictions drain lowest stage first, before its own
+//!   entries. Staged entries count in the small queue's weight; the staging queues are
+//!   published once by the sweep's first enlistment ([`SetOnce`]), and an enlister that finds
+//!   them not yet there queues its entry in the small queue, which only orders it less well.
+//! - **P7 (owed room)**, `leave.rs`, **P8 (trust in narrow wins)**, `narrow.rs`, and **P9
+//!   (near returns)**, `near.rs`: bounded hints; no value of one can lose an entry.
+//! - **P10 (the door)**, `door.rs`: a newcomer turned away at the door displaced nothing.
 
 #![forbid(unsafe_code)]
 

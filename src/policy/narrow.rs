@@ -1,32 +1,18 @@
 //! The check on narrow wins (**P8**): whether the small-queue leavers that the ghost alone
-//! sent back, and that win their duel by exactly one, earn the places they take.
+//! sent back, and that win their duel by exactly one, earn the places they take. Such a win
+//! rests on the miss that brought the leaver back: a real difference of frequency where keys
+//! have them (a database, a disk), a chain of misses where every key has one frequency (a
+//! zigzag), each victim coming back to win by one in turn (`docs/DESIGN.md`, step 4).
 //!
-//! Such a leaver was never hit in the small queue; its estimate counts the miss that brought
-//! it back, while the main queue's victim may not have had its access of the round yet. Where
-//! the sketch ranks keys by real differences of frequency (a database, a disk, a
-//! recommendation service), the leaver is the more frequent by that one access and earns
-//! its place (a margin of one for every such leaver cost those traces, `docs/EXPERIMENTS.md`).
-//! Where every key has one frequency (a zigzag, a
-//! loop larger than the cache), the one access is all it has: its victim goes to the ghost,
-//! comes back within its memory, wins by one in turn, and the main queue churns through
-//! entries evicted before their next access. Which key the sketch's collisions happen to
-//! favour decides whether that chain starts, so the hasher's seed alone moved the zigzag.
-//!
-//! Which of the two comes first after a narrow win tells them apart: the winner's hit in
-//! the main queue, or its victim's return. The winner is marked, and the victim is
-//! remembered in the ghost as *displaced*, linked to its winner (`memory.rs`). The winner's
-//! first visit in the main queue after a hit proves the win if the victim's mark is still
-//! there; the victim's return while the mark is there says the win cost a miss first.
-//! Whichever comes first takes the mark off, so each win counts once, or not at all (neither
-//! happened, or the ghost slot or the link went to another hash). `docs/EXPERIMENTS.md` has how
-//! often each came first on the training suite.
-//!
-//! A trust score adds [`Tuning::proved`] for each proof and takes [`Tuning::returned`] off
-//! for each return, within ±[`Tuning::trust_bound`], and is halved at the close of each of
-//! the climber's sampling periods ([`forget`](NarrowWins::forget)). While it is below zero a
-//! narrow win is refused (the incumbent stays, as on a tie), except for one in
-//! [`Tuning::explore`] of a thread's refused wins, which goes ahead so that the score keeps
-//! measuring.
+//! Which comes first after a narrow win tells the two apart: the winner's hit in the main
+//! queue (a proof), or its victim's return (a cost). The winner is marked, and the victim is
+//! remembered in the ghost as *displaced*, linked to its winner (`memory.rs`); whichever event
+//! comes first takes the marks off, so each win counts once. A trust score adds
+//! [`Tuning::proved`] per proof and takes [`Tuning::returned`] off per cost, within
+//! ±[`Tuning::trust_bound`], and is halved at each of the climber's period closes
+//! ([`forget`](NarrowWins::forget)). While it is below zero a narrow win is refused (the
+//! incumbent stays, as on a tie), except one in [`Tuning::explore`] of a thread's refused
+//! wins, so that the score keeps measuring.
 //!
 //! **P8 (trust).** The score is a hint, like the share (P3): evictors add proofs when they visit
 //! main-queue entries, admissions take returns off when the ghost recalls a displaced hash (on a

@@ -1,23 +1,12 @@
-//! The ghost's *near returns* (**P9**), which move the small queue's share between the climber's
-//! periods (`climb.rs`) and within a trace too short to close one. Each queue has a clock, the
-//! entries taken off it so far (the small queue's leavers, wherever they go; the main queue's
-//! evictions), and the ghost dates each hash it remembers by its queue's clock ([`Left`]). A miss
-//! on a hash the ghost remembers is a *near return* if fewer than [`NearReturns::near`] entries
-//! left that queue since the hash did: so many more entries of room for that queue would have kept
-//! it, and the miss would have been a hit. Near returns are counted in batches of
-//! [`Tuning::near_batch`]; a batch in which one queue's outnumber the other's by
-//! [`Tuning::near_gate`] or more moves the share towards that queue by [`Tuning::nudge`] entries'
-//! worth for each one beyond, so the share rests where a little more room earns each queue as many
-//! hits as the other: the queues' *marginal* hits, where the density steering balances their
-//! average ones. The two differ where a queue's hits crowd at one end: a small queue whose entries
-//! are hit soon after they arrive earns much per entry, though its last entries earn nothing, and
-//! its room is better spent in the main queue (the LIRS programs, Zipf); a main queue whose proven
-//! entries keep their hits while the rest of it sits idle earns much per entry too, though a larger
-//! small queue would turn its idle room into hits (the CPU traces, OLTP, sprite);
-//! `docs/EXPERIMENTS.md` has the measurements.
-//!
-//! Nothing here is written on a hit: a departure is a relaxed load and store of its queue's
-//! clock on the eviction path, a return one read-modify-write of the batch on a miss.
+//! The ghost's *near returns* (**P9**), which move the small queue's share between the
+//! climber's period closes (`climb.rs`), and within traces too short to close one. Each queue
+//! has a clock, the entries taken off it so far, and the ghost dates each hash it remembers by
+//! its queue's clock ([`Left`]). A miss on a remembered hash is *near* if fewer than
+//! [`NearReturns::near`] entries left that queue since: that much more room would have kept
+//! it. Near returns are counted in batches of [`Tuning::near_batch`]; a batch leaning to one
+//! queue by [`Tuning::near_gate`] or more moves the share towards it, so the share rests
+//! where a little more room earns each queue as much: the queues' marginal hits, where the
+//! density steering balances their average ones (`docs/DESIGN.md`, "What adapts").
 //!
 //! **P9 (near returns).** The queues' clocks and the ghost's stamps are hints, like
 //! the share: a departure is a relaxed load and store of its queue's clock on the eviction path
